@@ -1,0 +1,305 @@
+"""Descriptions read from YAML or JSON: model, cluster, training, and the stage-level shortcut.
+
+Pydantic models at the boundary only: strict (unknown keys are errors), frozen. `load_problem`
+reads a problem file and turns any error into one `SpecError` line that names the file, the field
+and the fix.
+
+Times in a model description are seconds, memory is bytes. The stage-level shortcut takes integer
+times in whatever unit the source reports (Zero Bubble's tables use their own units).
+
+Example
+-------
+>>> spec = ProblemSpec.model_validate({"name": "tiny", "pipeline": {
+...     "stages": 2, "microbatches": 4, "forward": 1, "backward_input": 1, "backward_weight": 1}})
+>>> spec.pipeline.stages
+2
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+NonNeg = Annotated[float, Field(ge=0)]
+NonNegInt = Annotated[int, Field(ge=0)]
+PosInt = Annotated[int, Field(ge=1)]
+
+
+class SpecError(ValueError):
+    """A description that cannot be used; its message is one line naming file, field and fix."""
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# -- model ---------------------------------------------------------------------------------------
+class LayerSpec(Strict):
+    """One layer (or sub-layer). Times in seconds per micro-batch, memory in bytes.
+
+    ``activation_bytes`` are kept from the forward until the backward; the backward for inputs frees
+    all of it except ``kept_for_weight_grad``, which the backward for weights frees. With
+    ``sublayers`` (say a matmul and its nonlinearity) the layer's own figures may be left out: they
+    are the sums of its sub-layers, and a partitioner may cut between the sub-layers.
+    """
+
+    name: str
+    forward: NonNeg = 0.0
+    backward_input: NonNeg = 0.0
+    backward_weight: NonNeg = 0.0
+    activation_bytes: NonNegInt = 0
+    kept_for_weight_grad: NonNegInt = 0
+    param_bytes: NonNegInt = 0
+    output_bytes: NonNegInt = 0
+    flops_forward: NonNeg | None = None
+    sublayers: list[LayerSpec] | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> LayerSpec:
+        if self.sublayers:
+            own = (self.forward, self.backward_input, self.backward_weight, self.activation_bytes,
+                   self.param_bytes)
+            if any(own):
+                raise ValueError("give either the layer's own figures or its sublayers, not both")
+        elif self.kept_for_weight_grad > self.activation_bytes:
+            raise ValueError("kept_for_weight_grad cannot exceed activation_bytes")
+        return self
+
+    def leaves(self) -> list[LayerSpec]:
+        """The sub-layers, flattened; the layer itself when it has none."""
+        if not self.sublayers:
+            return [self]
+        return [leaf for sub in self.sublayers for leaf in sub.leaves()]
+
+    def total(self, field: str) -> float:
+        """A figure of the layer: its own, or the sum over its sub-layers (``output_bytes``: the
+        last sub-layer's)."""
+        if not self.sublayers:
+            return getattr(self, field)
+        if field == "output_bytes":
+            return self.output_bytes or self.sublayers[-1].total(field)
+        return sum(sub.total(field) for sub in self.sublayers)
+
+
+class TransformerArch(Strict):
+    """A GPT/BERT-style stack: embedding, ``num_layers`` blocks, output head."""
+
+    family: Literal["transformer"]
+    num_layers: PosInt
+    hidden: PosInt
+    heads: PosInt
+    seq_len: PosInt
+    vocab: PosInt
+    ffn_hidden: PosInt | None = None
+    causal: bool = True
+
+
+class CNNArch(Strict):
+    """A known convolutional network, built layer by layer by the cost model."""
+
+    family: Literal["resnet50", "resnet101", "vgg16", "mobilenetv2", "mobilenetv3", "densenet121"]
+    image_size: PosInt = 224
+    num_classes: PosInt = 1000
+
+
+class MLPArch(Strict):
+    """A plain multi-layer perceptron: ``widths[0]`` inputs, then one linear layer per width."""
+
+    family: Literal["mlp"]
+    widths: list[PosInt] = Field(min_length=2)
+
+
+Architecture = Annotated[TransformerArch | CNNArch | MLPArch, Field(discriminator="family")]
+
+
+class ModelSpec(Strict):
+    """An ordered list of layers, given directly or built from an architecture by the cost model."""
+
+    name: str
+    layers: list[LayerSpec] | None = None
+    architecture: Architecture | None = None
+    dtype_bytes: Literal[2, 4] = 2
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ModelSpec:
+        if (self.layers is None) == (self.architecture is None):
+            raise ValueError("give exactly one of 'layers' or 'architecture'")
+        if self.layers is not None and not self.layers:
+            raise ValueError("'layers' is empty; a model needs at least one layer")
+        return self
+
+
+# -- cluster -------------------------------------------------------------------------------------
+class DeviceSpec(Strict):
+    """A processor: peak rates, memory and the fraction of peak a real kernel achieves."""
+
+    name: str
+    peak_flops: Annotated[float, Field(gt=0)]
+    memory_bandwidth: Annotated[float, Field(gt=0)]
+    memory_bytes: PosInt
+    flops_efficiency: Annotated[float, Field(gt=0, le=1)] = 0.5
+    bandwidth_efficiency: Annotated[float, Field(gt=0, le=1)] = 0.7
+
+
+class LinkSpec(Strict):
+    """A link: bandwidth in bytes per second and latency in seconds."""
+
+    bandwidth: Annotated[float, Field(gt=0)]
+    latency: NonNeg = 0.0
+
+    def time(self, nbytes: float) -> float:
+        return self.latency + nbytes / self.bandwidth if nbytes else 0.0
+
+
+class ClusterSpec(Strict):
+    """Identical devices in nodes; one link kind inside a node, one across nodes."""
+
+    name: str = "cluster"
+    device: DeviceSpec
+    nodes: PosInt = 1
+    devices_per_node: PosInt = 8
+    intra_node: LinkSpec
+    inter_node: LinkSpec | None = None
+
+    @property
+    def num_devices(self) -> int:
+        return self.nodes * self.devices_per_node
+
+    def link(self, a: int, b: int) -> LinkSpec:
+        """The link between devices ``a`` and ``b``."""
+        same = a // self.devices_per_node == b // self.devices_per_node
+        return self.intra_node if same or self.inter_node is None else self.inter_node
+
+
+# -- training ------------------------------------------------------------------------------------
+class TrainingSpec(Strict):
+    """How the model is trained: micro-batches, parallel degrees, schedule and objective."""
+
+    microbatches: PosInt
+    microbatch_size: PosInt = 1
+    pipeline: PosInt = 1
+    data_parallel: PosInt = 1
+    stages_per_rank: PosInt = 1
+    schedule: str = "1f1b"
+    objective: Literal["makespan", "span"] = "span"
+    memory_limit: PosInt | None = None
+    optimizer_bytes_per_param: NonNeg = 12.0
+    """Optimizer state and master weights per parameter byte's parameter (Adam, mixed precision)."""
+
+
+class StagePipelineSpec(Strict):
+    """Stage-level shortcut: every stage costs the same (Zero Bubble's and PipeDream's settings).
+
+    ``memory_forward`` is added by each forward; the backward for weights frees
+    ``memory_freed_by_weight`` and the backward for inputs the rest. ``memory_limit`` is per rank.
+    """
+
+    stages: Annotated[int, Field(ge=1)]
+    microbatches: PosInt
+    forward: NonNegInt
+    backward_input: NonNegInt
+    backward_weight: NonNegInt
+    transfer: NonNegInt = 0
+    memory_forward: NonNegInt = 0
+    memory_freed_by_weight: NonNegInt = 0
+    memory_limit: PosInt | None = None
+    stages_per_rank: PosInt = 1
+    schedule: str = "1f1b"
+    objective: Literal["makespan", "span"] = "span"
+    time_unit: str = "unit"
+
+    @model_validator(mode="after")
+    def _check(self) -> StagePipelineSpec:
+        if self.memory_freed_by_weight > self.memory_forward:
+            raise ValueError("memory_freed_by_weight cannot exceed memory_forward")
+        if self.stages % self.stages_per_rank:
+            raise ValueError(f"stages ({self.stages}) must be a multiple of stages_per_rank "
+                             f"({self.stages_per_rank})")
+        return self
+
+
+class ProblemSpec(Strict):
+    """A problem file: either a stage-level ``pipeline``, or ``model`` + ``cluster`` + ``training``.
+    ``cluster`` may be a path to a cluster file, relative to the problem file."""
+
+    name: str
+    description: str = ""
+    pipeline: StagePipelineSpec | None = None
+    model: ModelSpec | None = None
+    cluster: ClusterSpec | None = None
+    training: TrainingSpec | None = None
+
+    @model_validator(mode="after")
+    def _one_form(self) -> ProblemSpec:
+        full = (self.model, self.cluster, self.training)
+        if self.pipeline is not None and any(x is not None for x in full):
+            raise ValueError("give either 'pipeline' or 'model'+'cluster'+'training', not both")
+        if self.pipeline is None and any(x is None for x in full):
+            missing = [k for k, v in zip(("model", "cluster", "training"), full) if v is None]
+            raise ValueError(f"missing {', '.join(missing)}: a model-level problem needs model, "
+                             "cluster and training (or use the stage-level 'pipeline' form)")
+        return self
+
+
+# -- loading -------------------------------------------------------------------------------------
+def read_data(path: str | Path) -> dict:
+    """Parse a YAML or JSON file into a dict; `SpecError` on a missing or unparsable file."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (yaml.YAMLError, json.JSONDecodeError) as exc:
+        first = str(exc).strip().splitlines()[0]
+        raise SpecError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {first}") from None
+    if not isinstance(data, dict):
+        raise SpecError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+    return data
+
+
+def format_validation_error(path: str | Path, exc: ValidationError) -> str:
+    """One line: file, field, what is wrong and how to fix it."""
+    err = exc.errors()[0]
+    where = ".".join(str(x) for x in err["loc"] if not str(x).startswith("function-after")) or "(top level)"
+    kind, msg = err["type"], err["msg"]
+    if kind == "extra_forbidden":
+        fix = "remove it or check its spelling"
+        msg = "unknown key"
+    elif kind == "missing":
+        fix = "add it"
+        msg = "required field is missing"
+    else:
+        msg = msg.removeprefix("Value error, ")
+        fix = "correct the value"
+    more = f" (and {len(exc.errors()) - 1} more errors)" if len(exc.errors()) > 1 else ""
+    return f"{path}: {where}: {msg}; {fix}{more}"
+
+
+def load_spec(path: str | Path, model: type[BaseModel], data: dict | None = None):
+    """Validate ``data`` (read from ``path`` when not given) as ``model``; `SpecError` on failure."""
+    if data is None:
+        data = read_data(path)
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(format_validation_error(path, exc)) from None
+
+
+def load_problem(path: str | Path) -> ProblemSpec:
+    """Read a problem file. A string ``cluster`` is read as a path relative to the file."""
+    path = Path(path)
+    data = read_data(path)
+    cluster = data.get("cluster")
+    if isinstance(cluster, str):
+        cpath = (path.parent / cluster)
+        if not cpath.exists():
+            raise SpecError(f"{path}: cluster: file {cluster!r} not found next to the problem file; "
+                            "give a path relative to it or an inline cluster")
+        data = {**data, "cluster": load_spec(cpath, ClusterSpec).model_dump()}
+    return load_spec(path, ProblemSpec, data)

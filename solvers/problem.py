@@ -1,0 +1,241 @@
+"""Core data types: a multiprocessor DAG scheduling `Problem`, a `Schedule` and a `Result`.
+
+Times and memory are integers (ticks and bytes, or whatever unit the caller chose); tasks and
+processors are integer indices. Arrays are numpy and are checked once, in ``__post_init__``.
+
+Example
+-------
+>>> import numpy as np
+>>> from solvers import Problem, Schedule
+>>> p = Problem(duration=[2, 3], allowed=[[True, False], [False, True]],
+...             edges=[[0, 1]], delay=[1])
+>>> s = Schedule(processor=[0, 1], start=[0, 3])
+>>> int(s.makespan(p))
+6
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+UNLIMITED = np.iinfo(np.int64).max // 4
+"""Capacity used for a processor without a memory limit."""
+
+OBJECTIVES = ("makespan", "span")
+"""``makespan``: end of the last task (from time 0). ``span``: the largest per-processor span, from
+the start of a processor's first task to the end of its last (the steady-state iteration time)."""
+
+
+def _int_array(value, name: str, ndim: int) -> np.ndarray:
+    arr = np.asarray(value if value is not None else [], dtype=np.int64)
+    if arr.size == 0:
+        arr = arr.reshape((0,) * ndim if ndim == 1 else (0, 2))
+    if arr.ndim != ndim:
+        raise ValueError(f"{name}: expected a {ndim}-d integer array, got shape {arr.shape}")
+    arr = arr.copy()
+    arr.setflags(write=False)
+    return arr
+
+
+@dataclass(frozen=True, eq=False)
+class Problem:
+    """A DAG of tasks to place on processors.
+
+    Parameters
+    ----------
+    duration : (n,) int
+        Duration of each task (>= 0).
+    allowed : (n, P) bool, optional
+        ``allowed[t, q]`` is True when task ``t`` may run on processor ``q``. Defaults to a single
+        processor that runs everything, or to all of ``num_processors`` when that is given.
+    edges : (E, 2) int
+        Precedence ``edges[e] = (u, v)``: ``v`` starts after ``u`` ends.
+    delay : (E,) int
+        Transfer delay of each edge, paid only when ``u`` and ``v`` run on different processors.
+    mem_delta : (n,) int
+        Memory a task changes on its processor: a positive delta is allocated when the task starts,
+        a negative one is released when it ends.
+    capacity : (P,) int, optional
+        Memory capacity per processor (``UNLIMITED`` when not given).
+    group : (n,) int, optional
+        Affinity group of each task (-1 for none): tasks of one group share a processor.
+    names, processor_names : optional labels used in messages and plots.
+    """
+
+    duration: np.ndarray
+    allowed: np.ndarray | None = None
+    edges: np.ndarray | None = None
+    delay: np.ndarray | None = None
+    mem_delta: np.ndarray | None = None
+    capacity: np.ndarray | None = None
+    group: np.ndarray | None = None
+    names: tuple[str, ...] | None = None
+    processor_names: tuple[str, ...] | None = None
+    num_processors: int | None = field(default=None)
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        duration = _int_array(self.duration, "duration", 1)
+        n = len(duration)
+        if (duration < 0).any():
+            t = int(np.argmax(duration < 0))
+            raise ValueError(f"duration: task {t} has negative duration {duration[t]}")
+        set_(self, "duration", duration)
+
+        if self.allowed is None:
+            num = self.num_processors or 1
+            allowed = np.ones((n, num), dtype=bool)
+        else:
+            allowed = np.asarray(self.allowed, dtype=bool)
+            if allowed.ndim != 2 or allowed.shape[0] != n:
+                raise ValueError(f"allowed: expected shape ({n}, P), got {allowed.shape}")
+            allowed = allowed.copy()
+        if allowed.shape[1] == 0:
+            raise ValueError("allowed: a problem needs at least one processor")
+        if n and not allowed.any(axis=1).all():
+            t = int(np.argmin(allowed.any(axis=1)))
+            raise ValueError(f"allowed: task {self._label(t)} may run on no processor")
+        allowed.setflags(write=False)
+        set_(self, "allowed", allowed)
+        set_(self, "num_processors", allowed.shape[1])
+
+        edges = _int_array(self.edges, "edges", 2)
+        if edges.shape[1:] != (2,):
+            raise ValueError(f"edges: expected shape (E, 2), got {edges.shape}")
+        if len(edges) and (edges.min() < 0 or edges.max() >= n):
+            raise ValueError(f"edges: task index out of range 0..{n - 1}")
+        if len(edges) and (edges[:, 0] == edges[:, 1]).any():
+            e = int(np.argmax(edges[:, 0] == edges[:, 1]))
+            raise ValueError(f"edges: task {self._label(int(edges[e, 0]))} depends on itself")
+        set_(self, "edges", edges)
+        delay = _int_array(self.delay if self.delay is not None else np.zeros(len(edges)), "delay", 1)
+        if len(delay) != len(edges) or (delay < 0).any():
+            raise ValueError("delay: expected one non-negative delay per edge")
+        set_(self, "delay", delay)
+
+        mem = _int_array(self.mem_delta if self.mem_delta is not None else np.zeros(n), "mem_delta", 1)
+        if len(mem) != n:
+            raise ValueError(f"mem_delta: expected {n} values, got {len(mem)}")
+        set_(self, "mem_delta", mem)
+        P = self.num_processors
+        cap = _int_array(self.capacity if self.capacity is not None else np.full(P, UNLIMITED),
+                         "capacity", 1)
+        if len(cap) != P or (cap < 0).any():
+            raise ValueError(f"capacity: expected {P} non-negative values")
+        set_(self, "capacity", cap)
+        grp = _int_array(self.group if self.group is not None else np.full(n, -1), "group", 1)
+        if len(grp) != n:
+            raise ValueError(f"group: expected {n} values, got {len(grp)}")
+        set_(self, "group", grp)
+        for attr, count in (("names", n), ("processor_names", P)):
+            labels = getattr(self, attr)
+            if labels is not None:
+                labels = tuple(str(x) for x in labels)
+                if len(labels) != count:
+                    raise ValueError(f"{attr}: expected {count} labels, got {len(labels)}")
+                set_(self, attr, labels)
+
+    # -- derived views -------------------------------------------------------------------------
+    @property
+    def num_tasks(self) -> int:
+        return len(self.duration)
+
+    def _label(self, t: int) -> str:
+        return f"{t} ({self.names[t]})" if self.names is not None else str(t)
+
+    def task_label(self, t: int) -> str:
+        """Name of task ``t`` for messages: its name if it has one, else its index."""
+        return self.names[t] if self.names is not None else f"task {t}"
+
+    def processor_label(self, q: int) -> str:
+        return self.processor_names[q] if self.processor_names is not None else f"processor {q}"
+
+    def fixed_processor(self) -> np.ndarray:
+        """Processor of each task that has exactly one allowed processor, else -1."""
+        single = self.allowed.sum(axis=1) == 1
+        return np.where(single, np.argmax(self.allowed, axis=1), -1)
+
+    def topological_order(self) -> np.ndarray:
+        """Task indices in a topological order; raises ``ValueError`` on a cycle."""
+        from solvers.graph import topological_order
+
+        return topological_order(self.num_tasks, self.edges)
+
+
+@dataclass(frozen=True, eq=False)
+class Schedule:
+    """Processor and start time of every task."""
+
+    processor: np.ndarray
+    start: np.ndarray
+
+    def __post_init__(self) -> None:
+        proc = _int_array(self.processor, "processor", 1)
+        start = _int_array(self.start, "start", 1)
+        if len(proc) != len(start):
+            raise ValueError("processor and start must have the same length")
+        object.__setattr__(self, "processor", proc)
+        object.__setattr__(self, "start", start)
+
+    def end(self, problem: Problem) -> np.ndarray:
+        return self.start + problem.duration
+
+    def makespan(self, problem: Problem) -> int:
+        """End of the last task, measured from time 0."""
+        return int(self.end(problem).max(initial=0))
+
+    def spans(self, problem: Problem) -> np.ndarray:
+        """Per processor: end of its last task minus start of its first (0 when idle)."""
+        P = problem.num_processors
+        first = np.full(P, np.iinfo(np.int64).max)
+        last = np.zeros(P, dtype=np.int64)
+        np.minimum.at(first, self.processor, self.start)
+        np.maximum.at(last, self.processor, self.end(problem))
+        return np.where(last > 0, last - np.minimum(first, last), 0)
+
+    def span(self, problem: Problem) -> int:
+        """Largest per-processor span: the steady-state iteration time."""
+        return int(self.spans(problem).max(initial=0))
+
+    def objective(self, problem: Problem, objective: str = "makespan") -> int:
+        if objective == "makespan":
+            return self.makespan(problem)
+        if objective == "span":
+            return self.span(problem)
+        raise ValueError(f"unknown objective {objective!r}; valid: {', '.join(OBJECTIVES)}")
+
+    def orders(self, problem: Problem) -> list[list[int]]:
+        """Tasks of each processor sorted by start (ties by task index)."""
+        order = np.lexsort((np.arange(len(self.start)), self.start))
+        per = [[] for _ in range(problem.num_processors)]
+        for t in order.tolist():
+            per[int(self.processor[t])].append(t)
+        return per
+
+
+@dataclass(frozen=True)
+class Result:
+    """What a solver returns.
+
+    ``status`` is one of ``optimal`` (proven), ``feasible`` (valid, not proven optimal),
+    ``infeasible`` (proven: no schedule exists) or ``unknown`` (none found in time). ``schedule`` is
+    None unless a schedule was found. ``lower_bound`` is the best proven bound on ``objective``.
+    """
+
+    schedule: Schedule | None
+    status: str
+    objective: int | None
+    lower_bound: int
+    runtime: float
+    solver: str
+    objective_name: str = "makespan"
+    info: dict = field(default_factory=dict)
+
+    @property
+    def gap(self) -> float | None:
+        """Relative gap ``(objective - lower_bound) / objective``; None without a schedule."""
+        if self.objective is None:
+            return None
+        return (self.objective - self.lower_bound) / self.objective if self.objective else 0.0
