@@ -211,6 +211,7 @@ class StagePipelineSpec(Strict):
     schedule: str = "1f1b"
     objective: Literal["makespan", "span"] = "span"
     time_unit: str = "unit"
+    memory_unit: str = "unit"
 
     @model_validator(mode="after")
     def _check(self) -> StagePipelineSpec:

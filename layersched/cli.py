@@ -1,0 +1,247 @@
+"""The ``layersched`` command: solve, show, validate and export schedules.
+
+Bad input gets one line naming the file, the field and the fix, and exit status 2 (``--debug``
+shows the traceback). Every schedule written or read passes `solvers.validate`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+EXIT_BAD_INPUT = 2
+
+EPILOG = """examples:
+  layersched solve problems/zb-1.5b.yaml --schedule 1f1b --out schedule.json
+  layersched show schedule.json --plot schedule.svg
+  layersched validate schedule.json
+  layersched export schedule.json --format torch-csv --out schedule.csv
+"""
+
+
+def _parser() -> argparse.ArgumentParser:
+    from layersched.templates import template_names
+    from solvers import solver_names
+
+    p = argparse.ArgumentParser(prog="layersched", description="Schedule neural-network training as a task "
+                                "graph: solve, compare, check and export pipeline schedules.",
+                                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    s = sub.add_parser("solve", help="solve a schedule for a problem file and write it as JSON",
+                       description="Build the task graph of a problem file (model-level or stage-level), "
+                       "schedule it with a template or a solver, validate it and write the schedule file.")
+    s.add_argument("problem", help="problem file (YAML or JSON), e.g. problems/zb-1.5b.yaml")
+    how = s.add_mutually_exclusive_group()
+    how.add_argument("--schedule", metavar="NAME", help=f"pipeline template: {', '.join(template_names())} "
+                     "(default: the problem's own)")
+    how.add_argument("--solver", metavar="NAME", help=f"generic solver: {', '.join(solver_names())}")
+    s.add_argument("--objective", choices=["span", "makespan"],
+                   help="span: steady-state iteration time (largest per-rank span); makespan: one "
+                   "iteration from time 0 (default: the problem's own)")
+    s.add_argument("--microbatches", type=int, metavar="M", help="override the number of micro-batches")
+    s.add_argument("--time-limit", type=float, default=30.0, metavar="S", help="solver time limit in seconds")
+    s.add_argument("--out", default="schedule.json", help="where to write the schedule (default: schedule.json)")
+    s.add_argument("--quiet", action="store_true", help="print nothing but errors")
+
+    sh = sub.add_parser("show", help="print a schedule: per-rank grid, bubble, peak memory; optionally plot it")
+    sh.add_argument("schedule", help="schedule file written by 'layersched solve'")
+    sh.add_argument("--plot", metavar="FILE", help="also draw a Gantt chart with memory over time (.svg or .png)")
+    sh.add_argument("--width", type=int, default=100, help="characters per rank row in the grid (default 100)")
+
+    v = sub.add_parser("validate", help="check a schedule file independently; exit 0 when valid, 2 otherwise")
+    v.add_argument("schedule")
+
+    e = sub.add_parser("export", help="convert a schedule file to another format")
+    e.add_argument("schedule")
+    e.add_argument("--format", choices=["torch-csv", "json"], default="torch-csv",
+                   help="torch-csv: torch.distributed.pipelining's compute-only CSV (one row per rank)")
+    e.add_argument("--out", help="output file (default: the schedule's name with the format's suffix)")
+
+    sub.add_parser("schema", help="print the JSON Schema of the schedule file")
+    sub.add_parser("list", help="list the pipeline templates and solvers")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    console = Console(highlight=False)
+    try:
+        return COMMANDS[args.command](args, console)
+    except KeyboardInterrupt:
+        console.print("interrupted", style="red")
+        return 130
+    except Exception as exc:  # one clear line; the traceback only on request
+        if args.debug or not _is_user_error(exc):
+            raise
+        print(f"layersched {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+def _is_user_error(exc: Exception) -> bool:
+    from layersched.config import SpecError
+    from layersched.templates import TemplateError
+    from solvers import Deadlock, InvalidSchedule
+
+    return isinstance(exc, SpecError | TemplateError | InvalidSchedule | Deadlock | ValueError)
+
+
+def cmd_solve(args, console: Console) -> int:
+    from layersched.config import SpecError, load_problem
+    from layersched.export import save_json, schedule_file
+    from layersched.solve import solve_pipeline
+    from layersched.stages import pipeline_from_spec
+
+    spec = load_problem(args.problem)
+    pipe = pipeline_from_spec(spec, args.problem)
+    if args.microbatches is not None:
+        if args.microbatches < 1:
+            raise SpecError(f"--microbatches: must be at least 1, got {args.microbatches}")
+        from dataclasses import replace
+
+        pipe = replace(pipe, num_microbatches=args.microbatches)
+    options = {"time_limit": args.time_limit} if args.solver in ("cpsat", "lns") else {}
+    sol = solve_pipeline(pipe, schedule=args.schedule, solver=args.solver, objective=args.objective, **options)
+    doc = schedule_file(sol, source=str(args.problem))
+    save_json(doc, args.out)
+    if not args.quiet:
+        _summary(doc, console)
+        console.print(f"wrote {args.out} (valid; {len(doc.tasks)} tasks, solved in {sol.runtime:.2f} s)")
+    return 0
+
+
+def _load_checked(path: str):
+    """Load a schedule file and validate it completely: timing, memory, and action lists."""
+    from layersched.export import check_actions, load_schedule, to_problem
+    from layersched.metrics import schedule_metrics
+    from solvers import validate
+
+    doc = load_schedule(path)
+    problem, schedule = to_problem(doc)
+    try:
+        validate(problem, schedule)
+        check_actions(doc, problem, schedule)
+    except ValueError as exc:
+        raise type(exc)(f"{path}: {exc}") from None
+    return doc, schedule_metrics(problem, schedule, doc.pipeline.num_ranks, doc.objective)
+
+
+def cmd_show(args, console: Console) -> int:
+    doc, metrics = _load_checked(args.schedule)
+    doc = doc.model_copy(update={"metrics": {**doc.metrics, **metrics}})
+    _summary(doc, console)
+    print(_grid(doc, args.width))
+    if args.plot:
+        from layersched.plot import plot_schedule
+
+        plot_schedule(doc, args.plot)
+        console.print(f"wrote {args.plot}")
+    return 0
+
+
+def cmd_validate(args, console: Console) -> int:
+    doc, metrics = _load_checked(args.schedule)
+    stale = [k for k in ("value", "span", "makespan", "peak_memory") if k in doc.metrics and doc.metrics[k] != metrics[k]]
+    if stale:
+        from layersched.config import SpecError
+
+        raise SpecError(f"{args.schedule}: metrics: {', '.join(stale)} do not match the tasks "
+                        f"(e.g. {stale[0]} is {doc.metrics[stale[0]]}, recomputed {metrics[stale[0]]}); re-export it")
+    console.print(f"{args.schedule}: valid ({len(doc.tasks)} tasks, {doc.pipeline.num_ranks} ranks, "
+                  f"{doc.objective} {metrics['value']} {doc.time_unit})")
+    return 0
+
+
+def cmd_export(args, console: Console) -> int:
+    from layersched.export import EXPORT_FORMATS, write_text
+
+    doc, _ = _load_checked(args.schedule)
+    fn, suffix = EXPORT_FORMATS[args.format]
+    out = args.out or str(Path(args.schedule).with_suffix(suffix))
+    write_text(out, fn(doc))
+    console.print(f"wrote {out}")
+    return 0
+
+
+def cmd_schema(args, console: Console) -> int:
+    from layersched.export import schedule_json_schema
+
+    print(json.dumps(schedule_json_schema(), indent=1))
+    return 0
+
+
+def cmd_list(args, console: Console) -> int:
+    from layersched.templates import TEMPLATES
+    from solvers import solver_names
+
+    table = Table(title="pipeline templates (--schedule)")
+    table.add_column("name")
+    table.add_column("backward")
+    table.add_column("description")
+    for name, t in sorted(TEMPLATES.items()):
+        table.add_row(name, "split I/W" if t.split_backward else "fused", t.description)
+    console.print(table)
+    console.print("generic solvers (--solver): " + ", ".join(solver_names()))
+    return 0
+
+
+def _fmt_mem(x: int | None, unit: str = "bytes") -> str:
+    if x is None:
+        return "-"
+    if unit != "bytes":
+        return f"{x} {unit}"
+    for unit, div in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if x >= div:
+            return f"{x / div:.2f} {unit}"
+    return str(x)
+
+
+def _summary(doc, console: Console) -> None:
+    m = doc.metrics
+    pipe = doc.pipeline
+    console.print(f"[bold]{doc.name}[/bold]: {doc.method}, {pipe.num_stages} stages on {pipe.num_ranks} ranks, "
+                  f"{pipe.num_microbatches} micro-batches, {'split' if pipe.split_backward else 'fused'} backward")
+    gap = (m["value"] - m["lower_bound"]) / m["value"] if m["value"] else 0.0
+    console.print(f"{doc.objective} {m['value']} {doc.time_unit} (lower bound {m['lower_bound']}, gap {gap:.2%}); "
+                  f"iteration span {m['span']}, makespan {m['makespan']}; bubble rate {m['bubble_rate']:.4f}")
+    table = Table(show_edge=False)
+    for col in ("rank", "work", "bubble", "peak memory", "limit"):
+        table.add_column(col, justify="right")
+    for r in range(pipe.num_ranks):
+        table.add_row(str(r), str(m["work"][r]), f"{m['per_rank_bubble'][r]:.4f}", _fmt_mem(m["peak_memory"][r], doc.memory_unit),
+                      _fmt_mem(m["capacity"][r], doc.memory_unit))
+    console.print(table)
+
+
+def _grid(doc, width: int) -> str:
+    """One text row per processor: each column shows the kind of action running at the column's
+    midpoint ('.' when idle)."""
+    import numpy as np
+
+    from layersched.graph import parse_action
+
+    span = max((t.start + t.duration for t in doc.tasks), default=1) or 1
+    mid = (np.arange(width) + 0.5) * span / width
+    pad = max(len(p.name) for p in doc.processors)
+    lines = []
+    for q, p in enumerate(doc.processors):
+        mine = sorted((t for t in doc.tasks if t.processor == q and t.duration > 0), key=lambda t: t.start)
+        starts = np.array([t.start for t in mine])
+        k = np.searchsorted(starts, mid, side="right") - 1
+        row = ["." if kk < 0 or mine[kk].start + mine[kk].duration <= x else parse_action(mine[kk].name)[1]
+               for kk, x in zip(k.tolist(), mid.tolist())]
+        lines.append(f"{p.name:>{pad}} |{''.join(row)}|")
+    return "\n".join(lines)
+
+
+COMMANDS = {"solve": cmd_solve, "show": cmd_show, "validate": cmd_validate, "export": cmd_export,
+            "schema": cmd_schema, "list": cmd_list}
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,211 @@
+"""The schedule file (versioned JSON, loaded back losslessly) and torch.distributed.pipelining's CSV.
+
+The JSON carries the whole task problem (durations, processors, edges with delays, memory deltas,
+capacities), the timed tasks, each rank's action list (what the runner executes) and the metrics,
+so `layersched validate` can check it with nothing else at hand. Its JSON Schema is generated from
+`ScheduleFile` and shipped as ``layersched/schema/schedule.schema.json``.
+
+Example
+-------
+>>> from layersched.config import ProblemSpec
+>>> from layersched.stages import pipeline_from_spec
+>>> from layersched.solve import solve_pipeline
+>>> sol = solve_pipeline(pipeline_from_spec(ProblemSpec.model_validate({"name": "t", "pipeline": {
+...     "stages": 2, "microbatches": 2, "forward": 1, "backward_input": 1, "backward_weight": 1}})))
+>>> doc = schedule_file(sol)
+>>> doc.actions[1]
+['1F0', '1B0', '1F1', '1B1']
+>>> to_torch_csv(doc).splitlines()[0]
+'0F0,0F1,0B0,0B1'
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Annotated, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from layersched.config import SpecError, format_validation_error
+from layersched.graph import parse_action
+from solvers import UNLIMITED, Problem, Schedule
+
+FORMAT_VERSION = 1
+SCHEMA_PATH = Path(__file__).parent / "schema" / "schedule.schema.json"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ProcessorRecord(_Strict):
+    name: str
+    kind: Literal["compute", "network"]
+    rank: int
+    capacity: int | None = Field(None, description="memory capacity; null for unlimited")
+
+
+class TaskRecord(_Strict):
+    name: str = Field(description="action name, e.g. 0F3, 1I3, 1W3, 2B3, 0R (all-reduce), 0U (update)")
+    processor: int
+    start: int
+    duration: Annotated[int, Field(ge=0)]
+    memory: int = Field(0, description="allocated at start when positive, released at end when negative")
+    allowed: list[int] | None = Field(None, description="processors the task may run on; null: only its own")
+    group: int = -1
+
+
+class PipelineRecord(_Strict):
+    num_stages: int
+    num_ranks: int
+    num_microbatches: int
+    data_parallel: int = 1
+    split_backward: bool
+    stage_to_rank: list[int]
+    stage_layers: list[list[str]] | None = Field(None, description="names of the model layers of each stage")
+
+
+class ScheduleFile(_Strict):
+    """A solved schedule: problem, timing, per-rank actions and metrics."""
+
+    format_version: Literal[1] = FORMAT_VERSION
+    name: str
+    method: str = Field(description="template or solver that produced the schedule")
+    objective: Literal["makespan", "span"]
+    time_unit: str
+    memory_unit: str = "bytes"
+    source: str | None = Field(None, description="problem file the schedule was solved from")
+    pipeline: PipelineRecord
+    processors: list[ProcessorRecord]
+    tasks: list[TaskRecord]
+    edges: list[tuple[str, str, int]] = Field(description="(before, after, transfer delay)")
+    actions: list[list[str]] = Field(description="per rank, its compute actions in execution order")
+    metrics: dict
+
+
+def schedule_file(sol, source: str | None = None) -> ScheduleFile:
+    """The `ScheduleFile` of a `layersched.solve.Solution`."""
+    prob, sched, g = sol.tasks.problem, sol.schedule, sol.tasks.graph
+    names = prob.names
+    R = sol.pipe.num_ranks
+    fixed = prob.fixed_processor()
+    procs = [ProcessorRecord(name=prob.processor_label(q), kind="compute" if q < R else "network", rank=q % R,
+                             capacity=int(c) if c < UNLIMITED else None)
+             for q, c in enumerate(prob.capacity.tolist())]
+    tasks = [TaskRecord(name=names[t], processor=int(sched.processor[t]), start=int(sched.start[t]),
+                        duration=int(prob.duration[t]), memory=int(prob.mem_delta[t]),
+                        allowed=None if fixed[t] >= 0 else np.flatnonzero(prob.allowed[t]).tolist(),
+                        group=int(prob.group[t]))
+             for t in range(prob.num_tasks)]
+    edges = [(names[u], names[v], int(d)) for (u, v), d in zip(prob.edges.tolist(), prob.delay.tolist())]
+    pipe = sol.pipe
+    return ScheduleFile(
+        name=pipe.name, method=sol.method, objective=sol.objective, time_unit=pipe.time_unit, memory_unit=pipe.memory_unit, source=source,
+        pipeline=PipelineRecord(num_stages=pipe.num_stages, num_ranks=R, num_microbatches=pipe.num_microbatches,
+                                data_parallel=pipe.data_parallel, split_backward=sol.split_backward,
+                                stage_to_rank=list(g.graph["stage_to_rank"]), stage_layers=pipe.stage_layers),
+        processors=procs, tasks=tasks, edges=edges, actions=sol.actions(), metrics=sol.metrics,
+    )
+
+
+def to_problem(doc: ScheduleFile) -> tuple[Problem, Schedule]:
+    """Rebuild the task problem and the schedule from a file; `SpecError` on dangling names."""
+    index = {t.name: i for i, t in enumerate(doc.tasks)}
+    if len(index) != len(doc.tasks):
+        seen = set()
+        dup = next(t.name for t in doc.tasks if t.name in seen or seen.add(t.name))
+        raise SpecError(f"tasks: {dup} appears twice; task names must be unique")
+    P = len(doc.processors)
+    allowed = np.zeros((len(doc.tasks), P), dtype=bool)
+    for i, t in enumerate(doc.tasks):
+        for q in (t.allowed if t.allowed is not None else [t.processor]):
+            if not 0 <= q < P:
+                raise SpecError(f"tasks: {t.name} names processor {q}, but there are {P} (0..{P - 1})")
+            allowed[i, q] = True
+    try:
+        edges = [(index[u], index[v]) for u, v, _ in doc.edges]
+    except KeyError as exc:
+        raise SpecError(f"edges: task {exc.args[0]} is not in tasks") from None
+    problem = Problem(
+        duration=[t.duration for t in doc.tasks], allowed=allowed, edges=np.array(edges, dtype=np.int64).reshape(-1, 2),
+        delay=[d for _, _, d in doc.edges], mem_delta=[t.memory for t in doc.tasks],
+        capacity=[UNLIMITED if p.capacity is None else p.capacity for p in doc.processors],
+        group=[t.group for t in doc.tasks], names=tuple(index), processor_names=tuple(p.name for p in doc.processors),
+    )
+    return problem, Schedule(processor=[t.processor for t in doc.tasks], start=[t.start for t in doc.tasks])
+
+
+def check_actions(doc: ScheduleFile, problem: Problem, schedule: Schedule) -> None:
+    """The action lists must be exactly each rank's compute tasks in start order (what the runner
+    executes is what was validated); `SpecError` naming the first mismatch otherwise."""
+    names = problem.names
+    R = doc.pipeline.num_ranks
+    if len(doc.actions) != R:
+        raise SpecError(f"actions: {len(doc.actions)} ranks listed, the pipeline has {R}")
+    for r, (order, acts) in enumerate(zip(schedule.orders(problem)[:R], doc.actions)):
+        expect = [names[t] for t in order if parse_action(names[t])[2] is not None]
+        if expect != acts:
+            k = next((i for i, (a, b) in enumerate(zip(expect, acts)) if a != b), min(len(expect), len(acts)))
+            got = acts[k] if k < len(acts) else "(end)"
+            want = expect[k] if k < len(expect) else "(end)"
+            raise SpecError(f"actions: rank {r} position {k} is {got}, but by start time it must be {want}")
+
+
+def save_json(doc: BaseModel, path: str | Path) -> None:
+    """Write ``doc`` as JSON to ``path`` atomically (temporary file, then rename)."""
+    write_text(path, doc.model_dump_json(indent=1) + "\n")
+
+
+def write_text(path: str | Path, text: str) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_schedule(path: str | Path) -> ScheduleFile:
+    """Read a schedule file; `SpecError` with file and field on any problem."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"{path}: not valid JSON: {exc}") from None
+    if isinstance(data, dict) and data.get("format_version") not in (None, FORMAT_VERSION):
+        raise SpecError(f"{path}: format_version {data.get('format_version')} is not supported "
+                        f"(this layersched reads version {FORMAT_VERSION}); re-export the schedule")
+    try:
+        return ScheduleFile.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(format_validation_error(path, exc)) from None
+
+
+def schedule_json_schema() -> dict:
+    """JSON Schema of the schedule file, generated from `ScheduleFile`."""
+    schema = ScheduleFile.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = f"https://layersched.dev/schema/schedule-v{FORMAT_VERSION}.json"
+    return schema
+
+
+def to_torch_csv(doc: ScheduleFile) -> str:
+    """torch.distributed.pipelining's compute-only CSV: one row per rank, actions like ``0F3``."""
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerows(doc.actions)
+    return buf.getvalue()
+
+
+EXPORT_FORMATS = {"torch-csv": (to_torch_csv, ".csv"), "json": (lambda d: d.model_dump_json(indent=1) + "\n", ".json")}

@@ -1,0 +1,137 @@
+"""The training task graph of one iteration, as a networkx DiGraph and as a `solvers.Problem`.
+
+Nodes are named like torch.distributed.pipelining's actions: ``0F3`` (stage 0, forward of
+micro-batch 3), ``0I3`` (backward for inputs), ``0W3`` (backward for weights), ``0B3`` (fused
+backward); ``0R`` is stage 0's data-parallel all-reduce, ``0U`` its optimizer update. Edges carry the
+transfer delay paid when their ends sit on different ranks.
+
+Example
+-------
+>>> import numpy as np
+>>> from layersched.stages import Pipeline
+>>> one = np.ones(2, dtype=np.int64)
+>>> pipe = Pipeline("t", 2, 2, one, one, one, np.array([1]), one, 0 * one, None, 0 * one, 0 * one)
+>>> g = build_graph(pipe, split_backward=True)
+>>> sorted(g.successors("0F0")), sorted(g.successors("1F0"))
+(['1F0'], ['1I0'])
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import networkx as nx
+import numpy as np
+
+from layersched.stages import Pipeline
+from solvers import Problem
+
+ACTION = re.compile(r"^(\d+)(F|I|W|B|R|U)(\d*)$")
+COMPUTE_KINDS = ("F", "I", "W", "B")
+
+
+def parse_action(name: str) -> tuple[int, str, int | None]:
+    """``"1W3"`` -> ``(1, "W", 3)``; ``"0R"`` -> ``(0, "R", None)``."""
+    m = ACTION.match(name)
+    if not m:
+        raise ValueError(f"not an action name: {name!r} (expected like 0F3, 1I3, 1W3, 2B3, 0R, 0U)")
+    return int(m[1]), m[2], int(m[3]) if m[3] else None
+
+
+def placement(num_stages: int, num_ranks: int, style: str = "loop") -> list[int]:
+    """Rank of each stage. ``loop``: stage s on rank s mod R (plain and interleaved pipelines);
+    ``v``: down then back up (rank r holds stages r and 2R-1-r, as in ZB-V and DualPipeV)."""
+    if num_stages % num_ranks:
+        raise ValueError(f"{num_stages} stages cannot be spread evenly over {num_ranks} ranks")
+    if style == "loop":
+        return [s % num_ranks for s in range(num_stages)]
+    if style == "v":
+        return [s % num_ranks if (s // num_ranks) % 2 == 0 else num_ranks - 1 - s % num_ranks
+                for s in range(num_stages)]
+    raise ValueError(f"unknown placement {style!r}; valid: loop, v")
+
+
+def build_graph(pipe: Pipeline, *, split_backward: bool = True, stage_to_rank: list[int] | None = None) -> nx.DiGraph:
+    """Task graph of one iteration.
+
+    Each node has ``kind``, ``stage``, ``microbatch``, ``rank``, ``duration`` and ``memory`` (delta);
+    each edge has ``delay``. Data-parallel all-reduce (``R``) and optimizer (``U``) nodes exist only
+    where their time is positive; the all-reduce runs on the rank's network processor.
+    """
+    S, m = pipe.num_stages, pipe.num_microbatches
+    ranks = stage_to_rank or placement(S, pipe.num_ranks)
+    if len(ranks) != S:
+        raise ValueError(f"stage_to_rank has {len(ranks)} entries for {S} stages")
+    g = nx.DiGraph(name=pipe.name, num_stages=S, num_ranks=pipe.num_ranks, num_microbatches=m,
+                   split_backward=split_backward, stage_to_rank=list(ranks))
+    back = ("I", "W") if split_backward else ("B",)
+    for s in range(S):
+        F, I, W = (int(x[s]) for x in (pipe.forward, pipe.backward_input, pipe.backward_weight))
+        mem_f, mem_w = int(pipe.mem_forward[s]), int(pipe.mem_freed_by_weight[s])
+        for i in range(m):
+            g.add_node(f"{s}F{i}", kind="F", stage=s, microbatch=i, rank=ranks[s], duration=F, memory=mem_f)
+            if split_backward:
+                g.add_node(f"{s}I{i}", kind="I", stage=s, microbatch=i, rank=ranks[s], duration=I,
+                           memory=-(mem_f - mem_w))
+                g.add_node(f"{s}W{i}", kind="W", stage=s, microbatch=i, rank=ranks[s], duration=W, memory=-mem_w)
+                g.add_edge(f"{s}I{i}", f"{s}W{i}", delay=0)
+            else:
+                g.add_node(f"{s}B{i}", kind="B", stage=s, microbatch=i, rank=ranks[s], duration=I + W,
+                           memory=-mem_f)
+            first_back = f"{s}{back[0]}{i}"
+            if s + 1 < S:
+                d = int(pipe.transfer[s])
+                g.add_edge(f"{s}F{i}", f"{s + 1}F{i}", delay=d)
+                g.add_edge(f"{s + 1}{back[0]}{i}", first_back, delay=d)
+            else:
+                g.add_edge(f"{s}F{i}", first_back, delay=0)
+        last = back[-1]
+        ar, opt = int(pipe.allreduce[s]), int(pipe.optimizer[s])
+        if ar > 0:
+            g.add_node(f"{s}R", kind="R", stage=s, microbatch=None, rank=ranks[s], duration=ar, memory=0)
+            g.add_edges_from(((f"{s}{last}{i}", f"{s}R") for i in range(m)), delay=0)
+        if opt > 0:
+            g.add_node(f"{s}U", kind="U", stage=s, microbatch=None, rank=ranks[s], duration=opt, memory=0)
+            pred = [f"{s}R"] if ar > 0 else [f"{s}{last}{i}" for i in range(m)]
+            g.add_edges_from(((p, f"{s}U") for p in pred), delay=0)
+    return g
+
+
+@dataclass(frozen=True)
+class TaskGraph:
+    """A task graph lowered to a `solvers.Problem`, with the name of each task index."""
+
+    graph: nx.DiGraph
+    problem: Problem
+    index: dict[str, int]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return self.problem.names  # type: ignore[return-value]
+
+    def processor_of_rank(self, rank: int, network: bool = False) -> int:
+        return rank + (self.graph.graph["num_ranks"] if network else 0)
+
+
+def to_problem(g: nx.DiGraph, capacity: int | None = None) -> TaskGraph:
+    """Lower ``g`` to a `solvers.Problem`: processors are the ranks, then one network processor
+    per rank when the graph has all-reduce nodes. Each task is bound to its rank's processor."""
+    R = g.graph["num_ranks"]
+    names = list(g.nodes)
+    index = {n: i for i, n in enumerate(names)}
+    kinds = [g.nodes[n]["kind"] for n in names]
+    network = "R" in kinds
+    P = 2 * R if network else R
+    proc = np.array([g.nodes[n]["rank"] + (R if k == "R" else 0) for n, k in zip(names, kinds)], dtype=np.int64)
+    allowed = np.zeros((len(names), P), dtype=bool)
+    allowed[np.arange(len(names)), proc] = True
+    edges = np.array([(index[u], index[v]) for u, v in g.edges], dtype=np.int64).reshape(-1, 2)
+    cap = np.full(P, capacity if capacity is not None else np.iinfo(np.int64).max // 4, dtype=np.int64)
+    pnames = [f"rank{r}" for r in range(R)] + ([f"net{r}" for r in range(R)] if network else [])
+    problem = Problem(
+        duration=[g.nodes[n]["duration"] for n in names], allowed=allowed, edges=edges,
+        delay=[d for _, _, d in g.edges(data="delay")], mem_delta=[g.nodes[n]["memory"] for n in names],
+        capacity=cap, names=tuple(names), processor_names=tuple(pnames),
+    )
+    return TaskGraph(graph=g, problem=problem, index=index)

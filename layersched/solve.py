@@ -1,0 +1,103 @@
+"""From a `Pipeline` to a validated schedule: by template or by a generic solver.
+
+Example
+-------
+>>> from layersched.config import ProblemSpec
+>>> from layersched.stages import pipeline_from_spec
+>>> pipe = pipeline_from_spec(ProblemSpec.model_validate({"name": "t", "pipeline": {
+...     "stages": 4, "microbatches": 8, "forward": 1, "backward_input": 1, "backward_weight": 1}}))
+>>> sol = solve_pipeline(pipe, schedule="1f1b")
+>>> sol.metrics["span"], sol.metrics["bubble_rate"]
+(33, 0.272727)
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from layersched.graph import TaskGraph, build_graph, placement, to_problem
+from layersched.metrics import schedule_metrics
+from layersched.stages import Pipeline
+from layersched.templates import get_template, template_orders
+from solvers import Result, Schedule, time_orders, validate
+
+
+@dataclass
+class Solution:
+    """A validated schedule of a pipeline, with how it was made and what it costs."""
+
+    pipe: Pipeline
+    tasks: TaskGraph
+    schedule: Schedule
+    method: str
+    objective: str
+    metrics: dict
+    runtime: float
+    result: Result | None = None
+    info: dict = field(default_factory=dict)
+
+    @property
+    def split_backward(self) -> bool:
+        return bool(self.tasks.graph.graph["split_backward"])
+
+    @property
+    def stage_to_rank(self) -> list[int]:
+        return list(self.tasks.graph.graph["stage_to_rank"])
+
+    def actions(self) -> list[list[str]]:
+        """Per rank, its compute actions (F/I/W/B) in start order: what the runner executes."""
+        names = self.tasks.names
+        R = self.pipe.num_ranks
+        return [[names[t] for t in order if names[t][-1].isdigit()] for order in self.schedule.orders(self.tasks.problem)[:R]]
+
+
+def complete_orders(tasks: TaskGraph, compute: list[list[str]]) -> list[list[int]]:
+    """Per-processor task indices: the given compute orders, then each stage's all-reduce on its
+    rank's network processor (in the order its last backward appears) and each stage's optimizer
+    update at the end of its rank."""
+    g, idx = tasks.graph, tasks.index
+    P = tasks.problem.num_processors
+    R = g.graph["num_ranks"]
+    orders: list[list[int]] = [[idx[a] for a in acts] for acts in compute] + [[] for _ in range(P - len(compute))]
+    pos = {a: k for acts in compute for k, a in enumerate(acts)}
+    last = "W" if g.graph["split_backward"] else "B"
+    m = g.graph["num_microbatches"]
+    for r in range(R):
+        stages = sorted({g.nodes[a]["stage"] for a in compute[r]},
+                        key=lambda s: max(pos[f"{s}{last}{i}"] for i in range(m)))
+        for s in stages:
+            if f"{s}R" in idx:
+                orders[tasks.processor_of_rank(r, network=True)].append(idx[f"{s}R"])
+        orders[r].extend(idx[f"{s}U"] for s in stages if f"{s}U" in idx)
+    return orders
+
+
+def solve_pipeline(pipe: Pipeline, *, schedule: str | None = None, solver: str | None = None,
+                   objective: str | None = None, **options) -> Solution:
+    """Schedule ``pipe`` with a template (``schedule``) or a generic solver (``solver``); the result
+    is validated before it is returned."""
+    objective = objective or pipe.objective
+    t0 = time.perf_counter()
+    if solver is None:
+        name = schedule or pipe.default_schedule
+        tpl = get_template(name)
+        stage_to_rank = placement(pipe.num_stages, pipe.num_ranks, tpl.placement)
+        tasks = to_problem(build_graph(pipe, split_backward=tpl.split_backward, stage_to_rank=stage_to_rank),
+                           pipe.capacity)
+        compute = template_orders(name, pipe)
+        sched = time_orders(tasks.problem, complete_orders(tasks, compute))
+        result, method = None, name
+    else:
+        from solvers import solve
+
+        tasks = to_problem(build_graph(pipe, split_backward=options.pop("split_backward", True)), pipe.capacity)
+        result = solve(tasks.problem, solver, objective=objective, **options)
+        if result.schedule is None:
+            raise RuntimeError(f"solver {solver!r} found no schedule ({result.status})")
+        sched, method = result.schedule, solver
+    validate(tasks.problem, sched)
+    metrics = schedule_metrics(tasks.problem, sched, pipe.num_ranks, objective)
+    if result is not None:
+        metrics["lower_bound"] = max(metrics["lower_bound"], result.lower_bound)
+    return Solution(pipe, tasks, sched, method, objective, metrics, time.perf_counter() - t0, result)
