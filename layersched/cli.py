@@ -128,7 +128,9 @@ def _load_checked(path: str):
         validate(problem, schedule)
         check_actions(doc, problem, schedule)
     except ValueError as exc:
-        raise type(exc)(f"{path}: {exc}") from None
+        from layersched.config import SpecError
+
+        raise SpecError(f"{path}: {exc}") from None
     return doc, schedule_metrics(problem, schedule, doc.pipeline.num_ranks, doc.objective)
 
 

@@ -265,20 +265,29 @@ def read_data(path: str | Path) -> dict:
 
 
 def format_validation_error(path: str | Path, exc: ValidationError) -> str:
-    """One line: file, field, what is wrong and how to fix it."""
-    err = exc.errors()[0]
-    where = ".".join(str(x) for x in err["loc"] if not str(x).startswith("function-after")) or "(top level)"
+    """One line: file, field, what is wrong and how to fix it. An unknown key comes first (it is
+    usually a typo, and then also the cause of a "missing" error), with the likely intended name."""
+    import difflib
+
+    errors = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
+    err = errors[0]
+    loc = [str(x) for x in err["loc"] if not str(x).startswith("function-after")]
+    where = ".".join(loc) or "(top level)"
     kind, msg = err["type"], err["msg"]
     if kind == "extra_forbidden":
-        fix = "remove it or check its spelling"
+        parent = loc[:-1]
+        missing = [str(e["loc"][-1]) for e in errors if e["type"] == "missing"
+                   and [str(x) for x in e["loc"][:-1]] == parent]
+        close = difflib.get_close_matches(loc[-1], missing, n=1) if loc else []
         msg = "unknown key"
+        fix = f"did you mean '{close[0]}'?" if close else "remove it or check its spelling"
     elif kind == "missing":
         fix = "add it"
         msg = "required field is missing"
     else:
         msg = msg.removeprefix("Value error, ")
         fix = "correct the value"
-    more = f" (and {len(exc.errors()) - 1} more errors)" if len(exc.errors()) > 1 else ""
+    more = f" (and {len(errors) - 1} more errors)" if len(errors) > 1 else ""
     return f"{path}: {where}: {msg}; {fix}{more}"
 
 

@@ -1,0 +1,134 @@
+"""The layersched command line, in-process and as a real subprocess; the built wheel from outside."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+from layersched.cli import main
+from layersched.export import load_schedule, to_problem
+from solvers import validate
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "tests" / "data"
+
+
+def run_cli(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "layersched.cli", *map(str, args)], capture_output=True,
+                          text=True, cwd=ROOT, timeout=120)
+
+
+def test_solve_show_validate_export(tmp_path, capsys):
+    out = tmp_path / "s.json"
+    assert main(["solve", str(DATA / "zb-1.5b.yaml"), "--schedule", "1f1b", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "bubble rate 0.2431" in text and f"wrote {out}" in text
+    doc = load_schedule(out)
+    validate(*to_problem(doc))
+    assert main(["show", str(out), "--plot", str(tmp_path / "s.svg"), "--width", "50"]) == 0
+    shown = capsys.readouterr().out
+    assert "rank7 |" in shown and "peak memory" in shown
+    svg = (tmp_path / "s.svg").read_text()
+    assert svg.lstrip().startswith("<?xml") and "<svg" in svg
+    assert main(["show", str(out), "--plot", str(tmp_path / "s.png")]) == 0
+    assert (tmp_path / "s.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main(["validate", str(out)]) == 0
+    assert main(["export", str(out), "--format", "torch-csv", "--out", str(tmp_path / "s.csv")]) == 0
+    rows = (tmp_path / "s.csv").read_text().splitlines()
+    assert len(rows) == 8 and rows[0].split(",")[:2] == ["0F0", "0F1"]
+
+
+def test_model_level_problem_and_microbatch_override(tmp_path, capsys):
+    out = tmp_path / "m.json"
+    assert main(["solve", str(DATA / "tiny-model.yaml"), "--microbatches", "6", "--out", str(out), "--quiet"]) == 0
+    assert capsys.readouterr().out == ""
+    doc = load_schedule(out)
+    assert doc.pipeline.num_microbatches == 6 and doc.pipeline.data_parallel == 2
+    assert doc.pipeline.stage_layers == [["l0", "l1"], ["l2", "l3"]]
+    assert main(["validate", str(out)]) == 0
+
+
+def test_generic_solver_from_cli(tmp_path):
+    pytest.importorskip("solvers.listsched")
+    out = tmp_path / "l.json"
+    assert main(["solve", str(DATA / "zb-1.5b.yaml"), "--solver", "list", "--out", str(out), "--quiet"]) == 0
+    doc = load_schedule(out)
+    validate(*to_problem(doc))
+    assert doc.method == "list"
+
+
+def test_errors_are_one_line_exit_2_no_traceback(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text((DATA / "zb-1.5b.yaml").read_text().replace("  forward:", "  forwrd:"))
+    r = run_cli("solve", bad, "--out", tmp_path / "x.json")
+    assert r.returncode == 2
+    assert r.stderr.strip() == f"layersched solve: error: {bad}: pipeline.forwrd: unknown key; did you mean 'forward'? (and 1 more errors)"
+    assert "Traceback" not in r.stderr and not (tmp_path / "x.json").exists()
+    r = run_cli("solve", DATA / "zb-1.5b.yaml", "--schedule", "nope")
+    assert r.returncode == 2 and "unknown schedule 'nope'; valid: " in r.stderr
+    r = run_cli("--debug", "solve", bad)
+    assert r.returncode != 0 and "Traceback" in r.stderr
+
+
+def test_validate_rejects_edited_file_naming_the_task(tmp_path):
+    out = tmp_path / "s.json"
+    assert main(["solve", str(DATA / "zb-1.5b.yaml"), "--out", str(out), "--quiet"]) == 0
+    data = json.loads(out.read_text())
+    next(t for t in data["tasks"] if t["name"] == "5B3")["start"] -= 5
+    out.write_text(json.dumps(data))
+    r = run_cli("validate", out)
+    assert r.returncode == 2
+    assert "precedence: 5B3 starts at" in r.stderr and "short by 5" in r.stderr
+    data = json.loads(out.read_text())
+    next(t for t in data["tasks"] if t["name"] == "5B3")["start"] += 5
+    data["metrics"]["span"] += 1
+    out.write_text(json.dumps(data))
+    r = run_cli("validate", out)
+    assert r.returncode == 2 and "metrics: span do not match the tasks" in r.stderr
+
+
+def test_import_layersched_loads_no_torch_and_solvers_loads_no_layersched():
+    code = ("import sys, layersched.cli, layersched.solve, layersched.export; "
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+    code = ("import sys, solvers; bad = [m for m in sys.modules if m.split('.')[0] in "
+            "('layersched', 'pydantic', 'torch', 'ortools')]; assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+def test_built_wheel_works_outside_the_checkout(tmp_path):
+    """Build the wheel, install it into a fresh virtual environment and run the CLI from elsewhere."""
+    pytest.importorskip("build")
+    dist = tmp_path / "dist"
+    subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist), str(ROOT)],
+                   check=True, capture_output=True, timeout=300)
+    wheel = next(dist.glob("layersched-*.whl"))
+    import zipfile
+
+    names = zipfile.ZipFile(wheel).namelist()
+    assert any(n.startswith("solvers/") for n in names) and any(n.startswith("layersched/") for n in names)
+    assert "layersched/schema/schedule.schema.json" in names
+    env_dir = tmp_path / "venv"
+    # the dependencies come from this interpreter's site-packages; the package itself only from the wheel
+    venv.EnvBuilder(system_site_packages=True, with_pip=True).create(env_dir)
+    py = env_dir / "bin" / "python"
+    subprocess.run([py, "-m", "pip", "install", "--no-deps", "--quiet", str(wheel)], check=True, timeout=300)
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    shutil.copy(DATA / "zb-1.5b.yaml", work)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    where = subprocess.run([py, "-c", "import layersched, solvers; print(layersched.__file__, solvers.__file__)"],
+                           cwd=work, env=env, capture_output=True, text=True, check=True).stdout
+    assert str(ROOT) not in where, f"imported from the checkout: {where}"
+    exe = env_dir / "bin" / "layersched"
+    r = subprocess.run([exe, "solve", "zb-1.5b.yaml", "--out", "s.json"], cwd=work, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "bubble rate 0.2431" in r.stdout
+    r = subprocess.run([exe, "validate", "s.json"], cwd=work, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
