@@ -71,7 +71,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    console = Console(highlight=False)
+    console = Console(highlight=False, soft_wrap=True)
     try:
         return COMMANDS[args.command](args, console)
     except KeyboardInterrupt:
@@ -156,7 +156,7 @@ def cmd_validate(args, console: Console) -> int:
         raise SpecError(f"{args.schedule}: metrics: {', '.join(stale)} do not match the tasks "
                         f"(e.g. {stale[0]} is {doc.metrics[stale[0]]}, recomputed {metrics[stale[0]]}); re-export it")
     console.print(f"{args.schedule}: valid ({len(doc.tasks)} tasks, {doc.pipeline.num_ranks} ranks, "
-                  f"{doc.objective} {metrics['value']} {doc.time_unit})")
+                  f"{doc.objective} {_fmt_time(metrics['value'], doc.time_unit)})")
     return 0
 
 
@@ -204,19 +204,25 @@ def _fmt_mem(x: int | None, unit: str = "bytes") -> str:
     return str(x)
 
 
+def _fmt_time(x: int, unit: str) -> str:
+    return f"{x / 1e6:.3f} ms" if unit == "ns" else f"{x} {unit}"
+
+
 def _summary(doc, console: Console) -> None:
     m = doc.metrics
     pipe = doc.pipeline
     console.print(f"[bold]{doc.name}[/bold]: {doc.method}, {pipe.num_stages} stages on {pipe.num_ranks} ranks, "
                   f"{pipe.num_microbatches} micro-batches, {'split' if pipe.split_backward else 'fused'} backward")
     gap = (m["value"] - m["lower_bound"]) / m["value"] if m["value"] else 0.0
-    console.print(f"{doc.objective} {m['value']} {doc.time_unit} (lower bound {m['lower_bound']}, gap {gap:.2%}); "
-                  f"iteration span {m['span']}, makespan {m['makespan']}; bubble rate {m['bubble_rate']:.4f}")
+    u = doc.time_unit
+    console.print(f"{doc.objective} {_fmt_time(m['value'], u)} (lower bound {_fmt_time(m['lower_bound'], u)}, "
+                  f"gap {gap:.2%}); iteration span {_fmt_time(m['span'], u)}, makespan {_fmt_time(m['makespan'], u)}; "
+                  f"bubble rate {m['bubble_rate']:.4f}")
     table = Table(show_edge=False)
     for col in ("rank", "work", "bubble", "peak memory", "limit"):
         table.add_column(col, justify="right")
     for r in range(pipe.num_ranks):
-        table.add_row(str(r), str(m["work"][r]), f"{m['per_rank_bubble'][r]:.4f}", _fmt_mem(m["peak_memory"][r], doc.memory_unit),
+        table.add_row(str(r), _fmt_time(m["work"][r], u), f"{m['per_rank_bubble'][r]:.4f}", _fmt_mem(m["peak_memory"][r], doc.memory_unit),
                       _fmt_mem(m["capacity"][r], doc.memory_unit))
     console.print(table)
 
