@@ -20,15 +20,17 @@ import numpy as np
 from solvers import Problem, Schedule, lower_bounds, peak_memory
 
 
-def schedule_metrics(problem: Problem, schedule: Schedule, num_ranks: int, objective: str = "span") -> dict:
-    """Metrics of a schedule whose first ``num_ranks`` processors are compute ranks."""
+def schedule_metrics(problem: Problem, schedule: Schedule, num_ranks: int, objective: str = "span",
+                     extra_bounds: dict[str, int] | None = None) -> dict:
+    """Metrics of a schedule whose first ``num_ranks`` processors are compute ranks; ``extra_bounds``
+    are further proven lower bounds on the objective (say, from the pipeline's structure)."""
     R = num_ranks
     spans = schedule.spans(problem)
     span = int(spans.max(initial=0))
     work = np.bincount(schedule.processor, weights=problem.duration, minlength=problem.num_processors)[:R]
     work = work.astype(np.int64)
     per_rank_bubble = [float((span - w) / span) if span else 0.0 for w in work.tolist()]
-    bounds = lower_bounds(problem, objective)
+    bounds = {**lower_bounds(problem, objective), **(extra_bounds or {})}
     value = schedule.objective(problem, objective)
     return {
         "objective": objective,

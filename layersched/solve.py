@@ -16,7 +16,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from layersched.graph import TaskGraph, build_graph, placement, to_problem
+from layersched.bounds import pipeline_bounds
+from layersched.graph import TaskGraph, build_graph, parse_action, placement, to_problem
 from layersched.metrics import schedule_metrics
 from layersched.stages import Pipeline
 from layersched.templates import get_template, template_orders
@@ -49,7 +50,8 @@ class Solution:
         """Per rank, its compute actions (F/I/W/B) in start order: what the runner executes."""
         names = self.tasks.names
         R = self.pipe.num_ranks
-        return [[names[t] for t in order if names[t][-1].isdigit()] for order in self.schedule.orders(self.tasks.problem)[:R]]
+        return [[names[t] for t in order if parse_action(names[t])[2] is not None]
+                for order in self.schedule.orders(self.tasks.problem)[:R]]
 
 
 def complete_orders(tasks: TaskGraph, compute: list[list[str]]) -> list[list[int]]:
@@ -75,9 +77,11 @@ def complete_orders(tasks: TaskGraph, compute: list[list[str]]) -> list[list[int
 
 def solve_pipeline(pipe: Pipeline, *, schedule: str | None = None, solver: str | None = None,
                    objective: str | None = None, **options) -> Solution:
-    """Schedule ``pipe`` with a template (``schedule``) or a generic solver (``solver``); the result
-    is validated before it is returned."""
+    """Schedule ``pipe`` with a template (``schedule``) or a generic solver (``solver``; ``best``
+    runs `solve_best`); the result is validated before it is returned."""
     objective = objective or pipe.objective
+    if solver == "best":
+        return solve_best(pipe, objective=objective, **options)
     t0 = time.perf_counter()
     if solver is None:
         name = schedule or pipe.default_schedule
@@ -97,7 +101,80 @@ def solve_pipeline(pipe: Pipeline, *, schedule: str | None = None, solver: str |
             raise RuntimeError(f"solver {solver!r} found no schedule ({result.status})")
         sched, method = result.schedule, solver
     validate(tasks.problem, sched)
-    metrics = schedule_metrics(tasks.problem, sched, pipe.num_ranks, objective)
+    metrics = schedule_metrics(tasks.problem, sched, pipe.num_ranks, objective,
+                               pipeline_bounds(pipe, tasks.graph.graph["stage_to_rank"], objective))
     if result is not None:
         metrics["lower_bound"] = max(metrics["lower_bound"], result.lower_bound)
     return Solution(pipe, tasks, sched, method, objective, metrics, time.perf_counter() - t0, result)
+
+
+def split_orders(sol: Solution) -> list[list[str]]:
+    """The solution's per-rank compute orders with every fused ``B`` replaced by ``I`` then ``W``:
+    the same schedule on the split-backward graph (never later, never more memory)."""
+    out = []
+    for acts in sol.actions():
+        row = []
+        for a in acts:
+            stage, kind, mb = parse_action(a)
+            row.extend([f"{stage}I{mb}", f"{stage}W{mb}"] if kind == "B" else [a])
+        out.append(row)
+    return out
+
+
+def symmetry_chains(tasks: TaskGraph) -> list[list[int]]:
+    """Per stage and kind, the tasks of successive micro-batches, to be started in that order.
+
+    This loses no schedule: sorting the start times within each (stage, kind) class and handing them
+    to micro-batches in order keeps every precedence (all edges join equal micro-batches with a
+    constant delay, and order statistics preserve pointwise inequalities), every processor's busy
+    intervals and its memory curve (durations and deltas are equal within a class), and the
+    objective."""
+    g, idx = tasks.graph, tasks.index
+    kinds = ("F", "I", "W") if g.graph["split_backward"] else ("F", "B")
+    m = g.graph["num_microbatches"]
+    return [[idx[f"{s}{k}{i}"] for i in range(m)] for s in range(g.graph["num_stages"]) for k in kinds]
+
+
+def solve_best(pipe: Pipeline, *, objective: str | None = None, time_limit: float = 30.0, workers: int = 2,
+               progress=None, templates: list[str] | None = None) -> Solution:
+    """Every template that fits (memory included), list scheduling, then CP-SAT on the split-backward
+    graph seeded with the best of them; returns the best validated schedule with its proven bound.
+
+    ``info["candidates"]`` records each candidate's objective (or why it did not apply)."""
+    from layersched.templates import TemplateError, template_names
+    from solvers import Deadlock, InvalidSchedule, get_solver
+
+    objective = objective or pipe.objective
+    t0 = time.perf_counter()
+    tried: dict[str, int | str] = {}
+    best: Solution | None = None
+    for name in templates if templates is not None else template_names():
+        try:
+            sol = solve_pipeline(pipe, schedule=name, objective=objective)
+        except (TemplateError, InvalidSchedule, Deadlock) as exc:
+            tried[name] = f"not applicable: {exc}"
+            continue
+        tried[name] = sol.metrics["value"]
+        if best is None or sol.metrics["value"] < best.metrics["value"]:
+            best = sol
+    stage_to_rank = best.stage_to_rank if best else placement(pipe.num_stages, pipe.num_ranks)
+    tasks = to_problem(build_graph(pipe, split_backward=True, stage_to_rank=stage_to_rank), pipe.capacity)
+    hint = None
+    if best is not None:
+        hint = time_orders(tasks.problem, complete_orders(tasks, split_orders(best)))
+    heuristic = get_solver("list")(tasks.problem, objective=objective)
+    tried["list"] = heuristic.objective if heuristic.schedule is not None else heuristic.status
+    if heuristic.schedule is not None and (hint is None or heuristic.objective < hint.objective(tasks.problem, objective)):
+        hint = heuristic.schedule
+    result = get_solver("cpsat")(tasks.problem, objective=objective, time_limit=time_limit, workers=workers,
+                                 hint=hint, symmetry=symmetry_chains(tasks), progress=progress)
+    tried["cpsat"] = result.objective if result.schedule is not None else result.status
+    if result.schedule is None:
+        raise RuntimeError(f"no schedule fits: every template and solver failed ({tried})")
+    validate(tasks.problem, result.schedule)
+    metrics = schedule_metrics(tasks.problem, result.schedule, pipe.num_ranks, objective,
+                               pipeline_bounds(pipe, stage_to_rank, objective))
+    # CP-SAT's bound holds for the micro-batch-ordered problem, which loses no optimum
+    metrics["lower_bound"] = max(metrics["lower_bound"], result.lower_bound)
+    return Solution(pipe, tasks, result.schedule, "best", objective, metrics, time.perf_counter() - t0, result,
+                    info={"candidates": tried, "cpsat_status": result.status})
