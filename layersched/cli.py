@@ -64,6 +64,15 @@ def _parser() -> argparse.ArgumentParser:
                    help="torch-csv: torch.distributed.pipelining's compute-only CSV (one row per rank)")
     e.add_argument("--out", help="output file (default: the schedule's name with the format's suffix)")
 
+    b = sub.add_parser("bench", help="run a benchmark suite: every method on every problem; table, CSV, plot",
+                       description="Solve each problem of a suite (problems/suites/NAME.yaml, or a path) with each "
+                       "method and print bubble rate, iteration time, lower bound, gap, peak memory and solve time.")
+    b.add_argument("suite", help="suite name (e.g. zero-bubble) or path to a suite file")
+    b.add_argument("--methods", help="comma-separated methods to run instead of the suite's (templates, solvers, best)")
+    b.add_argument("--time-limit", type=float, metavar="S", help="time limit per solver run (default: the suite's)")
+    b.add_argument("--out-dir", default="bench-out", help="where to write NAME.csv and NAME.png (default bench-out/)")
+    b.add_argument("--quiet", action="store_true", help="no progress bar")
+
     sub.add_parser("schema", help="print the JSON Schema of the schedule file")
     sub.add_parser("list", help="list the pipeline templates and solvers")
     return p
@@ -71,7 +80,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    console = Console(highlight=False, soft_wrap=True)
+    console = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
     try:
         return COMMANDS[args.command](args, console)
     except KeyboardInterrupt:
@@ -171,6 +180,42 @@ def cmd_export(args, console: Console) -> int:
     return 0
 
 
+def cmd_bench(args, console: Console) -> int:
+    from rich.progress import Progress
+
+    from layersched.bench import find_suite, plot_rows, rows_to_csv, run_suite
+    from layersched.export import write_text
+
+    path = find_suite(args.suite)
+    methods = [m.strip() for m in args.methods.split(",")] if args.methods else None
+    with Progress(console=console, transient=True, disable=args.quiet) as bar:
+        task = bar.add_task("bench", total=None)
+
+        def progress(done: int, total: int, what: str) -> None:
+            bar.update(task, completed=done, total=total, description=what)
+
+        rows = run_suite(path, time_limit=args.time_limit, methods=methods, progress=progress)
+    table = Table(title=f"suite {path.stem}")
+    cols = ("problem", "memory", "method", "bubble_rate", "value", "lower_bound", "gap", "peak_memory", "solve_s",
+            "published", "status")
+    for c in cols:
+        table.add_column(c.replace("_", " "), justify="left" if c in ("problem", "method", "status") else "right",
+                         no_wrap=True, max_width=48 if c == "status" else None, overflow="ellipsis")
+    for r in rows:
+        cells = []
+        for c in cols:
+            v = r.get(c)
+            cells.append("" if v is None else f"{v:.4f}" if c in ("bubble_rate", "published") else
+                         f"{v:.2%}" if c == "gap" else str(v))
+        table.add_row(*cells)
+    console.print(table)
+    out = Path(args.out_dir)
+    write_text(out / f"{path.stem}.csv", rows_to_csv(rows))
+    plot_rows(rows, out / f"{path.stem}.png", f"suite {path.stem}: bubble rate per method")
+    console.print(f"wrote {out / (path.stem + '.csv')} and {out / (path.stem + '.png')}")
+    return 0
+
+
 def cmd_schema(args, console: Console) -> int:
     from layersched.export import schedule_json_schema
 
@@ -249,7 +294,7 @@ def _grid(doc, width: int) -> str:
 
 
 COMMANDS = {"solve": cmd_solve, "show": cmd_show, "validate": cmd_validate, "export": cmd_export,
-            "schema": cmd_schema, "list": cmd_list}
+            "schema": cmd_schema, "list": cmd_list, "bench": cmd_bench}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,0 +1,149 @@
+"""Benchmark suites: every template and solver on a list of problems, as a table, a CSV and a plot.
+
+A suite file (``problems/suites/NAME.yaml``) lists problem files (relative to the suite), optional
+memory-limit factors (``2`` means twice the problem's limit, Zero Bubble's "2p"), and the methods:
+template names, generic solvers (``list``, ``cpsat``, ...) or ``best``.
+
+Example suite
+-------------
+.. code-block:: yaml
+
+    name: zero-bubble
+    problems:
+      - {path: ../zb-1.5b.yaml, memory_factors: [1, 2]}
+    methods: [1f1b, zb-h1, best]
+    time_limit: 60
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field
+
+from layersched.config import ProblemSpec, SpecError, Strict, load_problem, load_spec
+from layersched.stages import pipeline_from_spec
+
+COLUMNS = ("problem", "memory", "method", "status", "objective", "value", "bubble_rate", "lower_bound", "gap",
+           "peak_memory", "solve_s", "published")
+
+
+class SuiteProblem(Strict):
+    path: str
+    memory_factors: list[Annotated[float, Field(gt=0)]] = [1.0]
+    published: dict[str, float] = Field(default_factory=dict,
+                                        description="published bubble rates to print beside ours, by label")
+
+
+class SuiteSpec(Strict):
+    name: str
+    description: str = ""
+    problems: list[SuiteProblem] = Field(min_length=1)
+    methods: list[str] = Field(min_length=1)
+    objective: str | None = None
+    time_limit: Annotated[float, Field(gt=0)] = 60.0
+
+
+def find_suite(name_or_path: str) -> Path:
+    """A suite by path, or by name under ``problems/suites/`` of the working directory."""
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml", ".json"):
+        return path
+    candidate = Path("problems") / "suites" / f"{name_or_path}.yaml"
+    if not candidate.exists():
+        known = sorted(p.stem for p in (Path("problems") / "suites").glob("*.yaml"))
+        raise SpecError(f"no suite {name_or_path!r} in problems/suites/ (known: {', '.join(known) or 'none'}); "
+                        "give a suite name or a path to a suite file")
+    return candidate
+
+
+def run_suite(path: Path, *, time_limit: float | None = None, methods: list[str] | None = None, progress=None) -> list[dict]:
+    """Solve every (problem, memory factor, method) of the suite; one row per run. A method that
+    cannot apply (template preconditions, memory) gives a row with its reason in ``status``."""
+    from layersched.solve import solve_pipeline
+    from layersched.templates import TemplateError, template_names
+    from solvers import Deadlock, InvalidSchedule, solver_names
+
+    suite = load_spec(path, SuiteSpec)
+    known = set(template_names()) | set(solver_names()) | {"best"}
+    for m in methods or suite.methods:
+        if m not in known:
+            raise SpecError(f"{path}: methods: unknown method {m!r}; valid: {', '.join(sorted(known))}")
+    limit = time_limit or suite.time_limit
+    jobs = [(prob, f, m) for prob in suite.problems for f in prob.memory_factors for m in (methods or suite.methods)]
+    rows = []
+    for k, (prob, factor, method) in enumerate(jobs):
+        spec: ProblemSpec = load_problem(path.parent / prob.path)
+        pipe = pipeline_from_spec(spec, prob.path)
+        if pipe.capacity is not None and factor != 1:
+            pipe = replace(pipe, capacity=int(pipe.capacity * factor))
+        label = f"{factor:g}x"
+        if progress:
+            progress(k, len(jobs), f"{spec.name} {label} {method}")
+        kw = {"schedule": method} if method in template_names() else {"solver": method}
+        if method in ("best", "cpsat", "lns"):
+            kw["time_limit"] = limit
+        t0 = time.perf_counter()
+        row = {"problem": spec.name, "memory": label, "method": method, "published": prob.published.get(label)}
+        try:
+            sol = solve_pipeline(pipe, objective=suite.objective, **kw)
+        except (TemplateError, InvalidSchedule, Deadlock, RuntimeError) as exc:
+            row.update(status=f"n/a: {str(exc).splitlines()[0][:80]}", solve_s=round(time.perf_counter() - t0, 2))
+            rows.append(row)
+            continue
+        m = sol.metrics
+        status = sol.result.status if sol.result is not None else "template"
+        row.update(status=status, objective=sol.objective, value=m["value"], bubble_rate=m["bubble_rate"],
+                   lower_bound=m["lower_bound"], gap=round((m["value"] - m["lower_bound"]) / m["value"], 6),
+                   peak_memory=max(m["peak_memory"][: pipe.num_ranks]), solve_s=round(time.perf_counter() - t0, 2))
+        rows.append(row)
+    if progress:
+        progress(len(jobs), len(jobs), "done")
+    return rows
+
+
+def rows_to_csv(rows: list[dict]) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({c: r.get(c) for c in COLUMNS})
+    return buf.getvalue()
+
+
+def plot_rows(rows: list[dict], path: Path, title: str) -> None:
+    """Bubble rate per method, grouped by problem and memory limit (published values as markers)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    groups = list(dict.fromkeys((r["problem"], r["memory"]) for r in rows))
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    width = 0.8 / max(len(methods), 1)
+    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(groups) * max(1, len(methods)) * 0.35 + 3), 4))
+    for j, method in enumerate(methods):
+        vals = [next((r.get("bubble_rate") for r in rows if (r["problem"], r["memory"]) == g and r["method"] == method), None)
+                for g in groups]
+        x = np.arange(len(groups)) + j * width
+        ax.bar(x, [v if v is not None else 0 for v in vals], width, label=method)
+    pub = [next((r["published"] for r in rows if (r["problem"], r["memory"]) == g and r.get("published") is not None), None)
+           for g in groups]
+    if any(p is not None for p in pub):
+        xs = [i + 0.4 - width / 2 for i, p in enumerate(pub) if p is not None]
+        ax.scatter(xs, [p for p in pub if p is not None], marker="_", s=600, color="black", label="published", zorder=3)
+    ax.set_xticks(np.arange(len(groups)) + 0.4 - width / 2, [f"{p}\n{m}" for p, m in groups], fontsize=8)
+    ax.set_ylabel("bubble rate")
+    ax.set_title(title)
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.name}.tmp")
+    fig.savefig(tmp, format=path.suffix.lstrip(".") or "png")
+    plt.close(fig)
+    tmp.replace(path)
