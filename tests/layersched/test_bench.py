@@ -1,0 +1,58 @@
+"""Benchmark suites and `solve --solver best`."""
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from layersched.bench import run_suite
+from layersched.cli import main
+from layersched.config import SpecError
+from layersched.export import load_schedule, to_problem
+from solvers import validate
+
+DATA = Path(__file__).parent.parent / "data"
+
+
+def test_suite_rows_are_validated_results_or_reasons():
+    rows = run_suite(DATA / "suite-small.yaml")
+    assert len(rows) == (2 + 1) * 3
+    by = {(r["problem"], r["memory"], r["method"]): r for r in rows}
+    # GPipe keeps all 24 micro-batches alive: over the 1p limit (8) and the 2p limit (16)
+    assert by[("zb-1.5b", "1x", "gpipe")]["status"].startswith("n/a: memory")
+    assert by[("zb-1.5b", "1x", "1f1b")]["bubble_rate"] == pytest.approx(0.243054, abs=1e-6)
+    assert by[("zb-1.5b", "1x", "1f1b")]["published"] == 0.1585
+    for r in rows:
+        if "value" in r:
+            assert r["value"] >= r["lower_bound"] and 0 <= r["gap"] < 1
+    # doubling the memory limit never makes a template worse
+    assert by[("zb-1.5b", "2x", "1f1b")]["value"] == by[("zb-1.5b", "1x", "1f1b")]["value"]
+
+
+def test_bench_cli_writes_table_csv_and_plot(tmp_path, capsys):
+    assert main(["bench", str(DATA / "suite-small.yaml"), "--out-dir", str(tmp_path), "--quiet",
+                 "--methods", "1f1b,list"]) == 0
+    assert "suite suite-small" in capsys.readouterr().out
+    rows = list(csv.DictReader((tmp_path / "suite-small.csv").open()))
+    assert [r["method"] for r in rows] == ["1f1b", "list"] * 3
+    assert (tmp_path / "suite-small.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_unknown_method_is_named():
+    with pytest.raises(SpecError, match="unknown method 'zb-h9'"):
+        run_suite(DATA / "suite-small.yaml", methods=["zb-h9"])
+
+
+def test_solve_best_is_never_worse_than_any_template(tmp_path):
+    pytest.importorskip("ortools")
+    out = tmp_path / "best.json"
+    assert main(["solve", str(DATA / "zb-1.5b.yaml"), "--solver", "best", "--time-limit", "3",
+                 "--microbatches", "10", "--out", str(out), "--quiet"]) == 0
+    doc = load_schedule(out)
+    validate(*to_problem(doc))
+    for name in ("1f1b", "1f1b-split"):
+        ref = tmp_path / f"{name}.json"
+        assert main(["solve", str(DATA / "zb-1.5b.yaml"), "--schedule", name, "--microbatches", "10",
+                     "--out", str(ref), "--quiet"]) == 0
+        assert doc.metrics["value"] <= load_schedule(ref).metrics["value"]
+    assert doc.metrics["lower_bound"] <= doc.metrics["value"]
