@@ -115,7 +115,7 @@ def cmd_solve(args, console: Console) -> int:
         from dataclasses import replace
 
         pipe = replace(pipe, num_microbatches=args.microbatches)
-    options = {"time_limit": args.time_limit} if args.solver in ("cpsat", "lns") else {}
+    options = {"time_limit": args.time_limit} if args.solver in ("cpsat", "lns", "best") else {}
     sol = solve_pipeline(pipe, schedule=args.schedule, solver=args.solver, objective=args.objective, **options)
     doc = schedule_file(sol, source=str(args.problem))
     save_json(doc, args.out)
