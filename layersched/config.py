@@ -185,6 +185,8 @@ class TrainingSpec(Strict):
     data_parallel: PosInt = 1
     stages_per_rank: PosInt = 1
     schedule: str = "1f1b"
+    solver: str | None = None
+    """A generic solver (``list``, ``cpsat``, ``best``, ...) to use instead of the template."""
     objective: Literal["makespan", "span"] = "span"
     memory_limit: PosInt | None = None
     optimizer_bytes_per_param: NonNeg = 12.0
@@ -209,6 +211,7 @@ class StagePipelineSpec(Strict):
     memory_limit: PosInt | None = None
     stages_per_rank: PosInt = 1
     schedule: str = "1f1b"
+    solver: str | None = None
     objective: Literal["makespan", "span"] = "span"
     time_unit: str = "unit"
     memory_unit: str = "unit"

@@ -48,6 +48,7 @@ class Pipeline:
     memory_unit: str = "bytes"
     stage_layers: list[list[str]] | None = None
     default_schedule: str = "1f1b"
+    default_solver: str | None = None
     objective: str = "span"
     static_memory: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
@@ -80,7 +81,7 @@ def pipeline_from_spec(spec: ProblemSpec, source: str = "problem") -> Pipeline:
             backward_weight=full * p.backward_weight, transfer=np.full(max(S - 1, 0), p.transfer, np.int64),
             mem_forward=full * p.memory_forward, mem_freed_by_weight=full * p.memory_freed_by_weight,
             capacity=p.memory_limit, allreduce=full * 0, optimizer=full * 0, time_unit=p.time_unit, memory_unit=p.memory_unit,
-            default_schedule=p.schedule, objective=p.objective, static_memory=full * 0,
+            default_schedule=p.schedule, default_solver=p.solver, objective=p.objective, static_memory=full * 0,
         )
     return _model_pipeline(spec, source)
 
@@ -138,5 +139,5 @@ def _model_pipeline(spec: ProblemSpec, source: str) -> Pipeline:
         mem_forward=per_stage("activation_bytes"), mem_freed_by_weight=per_stage("kept_for_weight_grad"),
         capacity=capacity, allreduce=allreduce, optimizer=optimizer, data_parallel=dp, time_unit="ns",
         stage_layers=[[layers[i].name for i in idx] for idx in parts], default_schedule=train.schedule,
-        objective=train.objective, static_memory=static,
+        default_solver=train.solver, objective=train.objective, static_memory=static,
     )
