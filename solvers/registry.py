@@ -23,6 +23,7 @@ _SOLVERS: dict[str, str] = {
     "list": "solvers.listsched:list_schedule",
     "heft": "solvers.listsched:heft",
     "cpsat": "solvers.cpsat:cpsat",
+    "lns": "solvers.lns:cpsat_lns",
 }
 
 

@@ -92,8 +92,13 @@ def test_affinity_groups_share_a_processor():
 
 
 def test_time_orders_earliest_start_and_deadlock():
-    p = Problem(duration=[2, 2, 2, 2], num_processors=2, edges=[[0, 1], [2, 3]], delay=[1, 1],
-                names=("0F0", "1F0", "1X0", "0X0"))
+    p = Problem(
+        duration=[2, 2, 2, 2],
+        num_processors=2,
+        edges=[[0, 1], [2, 3]],
+        delay=[1, 1],
+        names=("0F0", "1F0", "1X0", "0X0"),
+    )
     s = time_orders(p, [[0, 3], [2, 1]])
     assert s.start.tolist() == [0, 3, 0, 3]
     validate(p, s)

@@ -1,0 +1,354 @@
+"""CP-SAT model of a `Problem`: exact on small instances, anytime (from a hint) on larger ones.
+
+The model, one piece per constraint of the problem:
+
+- a start variable per task (its domain cut by the heads and tails of `solvers.heads_tails`), and a
+  presence literal per (task, processor) where a task may use several processors, exactly one of
+  them true; the tasks of an affinity group share their literals;
+- ``NoOverlap`` per processor over the (optional) intervals of tasks with a positive duration;
+- precedence ``start[v] >= end[u]`` for every edge, plus the delay where ``u`` and ``v`` are on
+  different processors (unconditional for fixed pairs, enforced by the presence literals otherwise);
+- memory as a reservoir per processor: the allocation of a task at its start, the release at its
+  end, active where the task runs (equal times count together, as in `solvers.validate`);
+- the objective: the makespan, or the largest per-processor span (last end minus first start),
+  bounded below by `solvers.lower_bound` and, for the makespan, by ``end + tail`` of every task.
+
+Example
+-------
+>>> from solvers import Problem
+>>> from solvers.cpsat import cpsat
+>>> p = Problem(duration=[3, 2, 2], num_processors=2, edges=[[0, 1]], delay=[2])
+>>> r = cpsat(p, time_limit=5)
+>>> r.status, r.objective
+('optimal', 5)
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+from solvers.bounds import heads_tails, lower_bound
+from solvers.listsched import effective_allowed, infeasible_reason
+from solvers.problem import OBJECTIVES, Problem, Result, Schedule
+from solvers.validate import validate, violations
+
+_STATUS = {
+    cp_model.OPTIMAL: "optimal",
+    cp_model.FEASIBLE: "feasible",
+    cp_model.INFEASIBLE: "infeasible",
+    cp_model.UNKNOWN: "unknown",
+}
+
+
+def cpsat(
+    problem: Problem,
+    /,
+    *,
+    objective: str = "makespan",
+    time_limit: float = 10.0,
+    workers: int = 2,
+    hint: Schedule | None = None,
+    symmetry: Sequence[Sequence[int]] | None = None,
+    progress: Callable[[dict], None] | None = None,
+    log: bool = False,
+    keep_processor: np.ndarray | None = None,
+    order_pairs: np.ndarray | None = None,
+) -> Result:
+    """Solve ``problem`` with CP-SAT within ``time_limit`` seconds.
+
+    Parameters
+    ----------
+    problem : Problem
+    objective : {"makespan", "span"}
+    time_limit : float
+        Wall-clock limit in seconds.
+    workers : int
+        CP-SAT search workers.
+    hint : Schedule, optional
+        Starting solution (``AddHint`` on starts and presences). When it validates, the result is
+        never worse than it: it is returned if CP-SAT finds nothing better in time.
+    symmetry : list of task chains, optional
+        Tasks that are interchangeable, in the order they must start (``start[a] <= start[b]`` for
+        consecutive ones). The caller vouches that this removes only symmetric solutions.
+    progress : callable, optional
+        Called with ``dict(incumbent=, bound=, gap=, elapsed=)`` on every improving solution.
+    log : bool
+        Print CP-SAT's search log.
+    keep_processor : (n,) int, optional
+        Processor to keep for each task, -1 where free (used by `solvers.lns`).
+    order_pairs : (k, 2) int, optional
+        Pairs ``(a, b)``: ``b`` starts after ``a`` ends (used by `solvers.lns`).
+
+    With ``symmetry``, ``keep_processor`` or ``order_pairs`` the status and the bound refer to the
+    problem so restricted.
+
+    Returns
+    -------
+    Result
+        The best schedule found (validated), status ``optimal``, ``feasible``, ``infeasible`` or
+        ``unknown``, and the best proven bound: CP-SAT's or `solvers.lower_bound`, whichever is
+        larger. ``info`` holds CP-SAT's status name, its wall time and where the schedule came from
+        (``cpsat`` or ``hint``).
+
+    Examples
+    --------
+    Two allocations that are never freed do not fit one processor of capacity 5:
+
+    >>> from solvers import Problem
+    >>> p = Problem(duration=[2, 2], num_processors=1, mem_delta=[3, 3], capacity=[5])
+    >>> cpsat(p, time_limit=5).status
+    'infeasible'
+    """
+    t0 = time.perf_counter()
+    if objective not in OBJECTIVES:
+        raise ValueError(f"unknown objective {objective!r}; valid: {', '.join(OBJECTIVES)}")
+    bound = lower_bound(problem, objective)
+    why = infeasible_reason(problem, effective_allowed(problem))
+    if why:
+        return Result(None, "infeasible", None, bound, time.perf_counter() - t0, "cpsat", objective, {"reason": why})
+    hint_ok, hint_value, hint_note = _check_hint(problem, hint, objective)
+    model = _Model(
+        problem, objective, bound, _horizon(problem, objective, hint if hint_ok else None), hint_value, keep_processor
+    )
+    model.add_orders(symmetry, order_pairs)
+    if hint is not None:
+        model.add_hint(hint, hint_value)
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = float(time_limit)
+    solver.parameters.num_workers = int(workers)
+    solver.parameters.log_search_progress = bool(log)
+    callback = _Progress(progress, t0) if progress is not None else None
+    code = solver.solve(model.model, callback)
+    if code == cp_model.MODEL_INVALID:
+        raise RuntimeError(f"cpsat: invalid model: {model.model.validate()}")
+    info = {"cp_status": solver.status_name(code), "cp_wall_time": solver.wall_time, "source": "cpsat"}
+    if hint_note:
+        info["hint"] = hint_note
+
+    schedule, value = None, None
+    if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        schedule = model.schedule(solver)
+        validate(problem, schedule)
+        value = schedule.objective(problem, objective)
+    if hint_ok and (value is None or hint_value < value):
+        schedule, value, info["source"] = hint, hint_value, "hint"
+    if code == cp_model.OPTIMAL:
+        bound = max(bound, int(solver.objective_value))
+    elif code in (cp_model.FEASIBLE, cp_model.UNKNOWN):
+        bound = max(bound, math.ceil(solver.best_objective_bound - 1e-6))
+    if value is None:
+        status = "infeasible" if code == cp_model.INFEASIBLE else "unknown"
+    else:
+        bound = min(bound, value)
+        status = "optimal" if bound >= value else "feasible"
+    return Result(schedule, status, value, bound, time.perf_counter() - t0, "cpsat", objective, info)
+
+
+def _check_hint(problem: Problem, hint: Schedule | None, objective: str) -> tuple[bool, int | None, str]:
+    """Whether ``hint`` validates, its objective, and a note when it does not."""
+    if hint is None:
+        return False, None, ""
+    if len(hint.start) != problem.num_tasks:
+        raise ValueError(f"hint: expected {problem.num_tasks} tasks, got {len(hint.start)}")
+    broken = violations(problem, hint, limit=1)
+    if broken:
+        return False, None, f"invalid, used as a hint only: {broken[0]}"
+    return True, hint.objective(problem, objective), ""
+
+
+def _horizon(problem: Problem, objective: str, hint: Schedule | None) -> int:
+    """Latest end any task needs. Closing every gap in which no task runs and no transfer is under
+    way keeps a schedule valid and no worse, so an optimal one ends by the total work plus all
+    delays; a valid hint's makespan also bounds an optimal makespan."""
+    if hint is not None and objective == "makespan":
+        return hint.makespan(problem)
+    total = int(problem.duration.sum()) + int(problem.delay.sum())
+    return max(total, hint.makespan(problem)) if hint is not None else total
+
+
+class _Model:
+    """Variables and constraints of one CP-SAT model (see the module docstring)."""
+
+    def __init__(
+        self,
+        problem: Problem,
+        objective: str,
+        bound: int,
+        horizon: int,
+        best: int | None,
+        keep_processor: np.ndarray | None,
+    ) -> None:
+        self.problem, self.model, self.horizon = problem, cp_model.CpModel(), horizon
+        allowed = effective_allowed(problem).copy()
+        if keep_processor is not None:
+            keep = np.asarray(keep_processor, dtype=np.int64)
+            kept = np.flatnonzero(keep >= 0)
+            if not allowed[kept, keep[kept]].all():
+                raise ValueError("keep_processor: a task is kept on a processor it may not use")
+            allowed[kept] = False
+            allowed[kept, keep[kept]] = True
+        self.allowed = allowed
+        self.procs = [np.flatnonzero(row).tolist() for row in allowed]
+        head, tail = heads_tails(problem)
+        self.dur, self.tail = problem.duration.tolist(), tail.tolist()
+        self.start = [
+            self.model.new_int_var(int(head[t]), horizon - self.dur[t] - self.tail[t], f"s{t}")
+            for t in range(problem.num_tasks)
+        ]
+        self.presence: dict[tuple[int, int], cp_model.IntVar] = {}
+        self._add_presence()
+        self._add_no_overlap()
+        self._add_precedence()
+        self._add_memory()
+        top = horizon if best is None else min(horizon, best)
+        self.objective = self.model.new_int_var(bound, max(bound, top), objective)
+        self.first: list[cp_model.IntVar] = []
+        self.last: list[cp_model.IntVar] = []
+        (self._add_makespan if objective == "makespan" else self._add_span)()
+        self.model.minimize(self.objective)
+
+    # -- literals ------------------------------------------------------------------------------
+    def _unit(self, t: int) -> int:
+        """Owner of task ``t``'s presence literals: its group (as ``-1 - group``) or itself."""
+        g = int(self.problem.group[t])
+        return -1 - g if g >= 0 else t
+
+    def on(self, t: int, q: int) -> cp_model.IntVar | bool:
+        """Literal "task ``t`` runs on ``q``" (True or False where that is settled)."""
+        procs = self.procs[t]
+        if len(procs) == 1:
+            return procs[0] == q
+        return self.presence.get((self._unit(t), q), False)
+
+    def _add_presence(self) -> None:
+        for t, procs in enumerate(self.procs):
+            unit = self._unit(t)
+            if len(procs) > 1 and (unit, procs[0]) not in self.presence:
+                lits = [self.model.new_bool_var(f"x{t}_{q}") for q in procs]
+                self.presence.update({(unit, q): x for q, x in zip(procs, lits, strict=True)})
+                self.model.add_exactly_one(lits)
+
+    # -- constraints ---------------------------------------------------------------------------
+    def _add_no_overlap(self) -> None:
+        per: list[list] = [[] for _ in range(self.problem.num_processors)]
+        for t, procs in enumerate(self.procs):
+            if self.dur[t] == 0:  # zero-length tasks overlap nothing (as in solvers.validate)
+                continue
+            if len(procs) == 1:
+                interval = self.model.new_fixed_size_interval_var(self.start[t], self.dur[t], f"i{t}")
+                per[procs[0]].append(interval)
+            else:
+                for q in procs:
+                    per[q].append(
+                        self.model.new_optional_fixed_size_interval_var(
+                            self.start[t], self.dur[t], self.on(t, q), f"i{t}_{q}"
+                        )
+                    )
+        for intervals in per:
+            if len(intervals) > 1:
+                self.model.add_no_overlap(intervals)
+
+    def _add_precedence(self) -> None:
+        p, add = self.problem, self.model.add
+        group = p.group
+        for (u, v), d in zip(p.edges.tolist(), p.delay.tolist(), strict=True):
+            end_u = self.start[u] + self.dur[u]
+            add(self.start[v] >= end_u)
+            if d == 0 or (group[u] >= 0 and group[u] == group[v]):
+                continue
+            for q in self.procs[u]:  # u on q and v elsewhere: the transfer is paid
+                lits = [self.on(u, q), _negate(self.on(v, q))]
+                if any(x is False for x in lits):
+                    continue
+                add(self.start[v] >= end_u + d).only_enforce_if([x for x in lits if x is not True])
+
+    def _add_memory(self) -> None:
+        p = self.problem
+        mem = p.mem_delta.tolist()
+        for q in range(p.num_processors):
+            users = np.flatnonzero(self.allowed[:, q] & (p.mem_delta != 0)).tolist()
+            if sum(max(mem[t], 0) for t in users) <= p.capacity[q]:
+                continue  # cannot overflow
+            times = [self.start[t] if mem[t] > 0 else self.start[t] + self.dur[t] for t in users]
+            lowest = sum(min(mem[t], 0) for t in users)
+            self.model.add_reservoir_constraint_with_active(
+                times, [mem[t] for t in users], [self.on(t, q) for t in users], lowest, int(p.capacity[q])
+            )
+
+    def add_orders(self, symmetry: Sequence[Sequence[int]] | None, order_pairs: np.ndarray | None) -> None:
+        """``start[a] <= start[b]`` along each symmetry chain; ``end[a] <= start[b]`` for each pair."""
+        for chain in symmetry or ():
+            for a, b in itertools.pairwise(chain):
+                self.model.add(self.start[int(b)] >= self.start[int(a)])
+        if order_pairs is not None:
+            for a, b in np.asarray(order_pairs, dtype=np.int64).reshape(-1, 2).tolist():
+                self.model.add(self.start[b] >= self.start[a] + self.dur[a])
+
+    # -- objectives ----------------------------------------------------------------------------
+    def _add_makespan(self) -> None:
+        for t, s in enumerate(self.start):
+            self.model.add(self.objective >= s + self.dur[t] + self.tail[t])
+
+    def _add_span(self) -> None:
+        for q in range(self.problem.num_processors):
+            users = np.flatnonzero(self.allowed[:, q]).tolist()
+            first = self.model.new_int_var(0, self.horizon, f"first{q}")
+            last = self.model.new_int_var(0, self.horizon, f"last{q}")
+            self.first.append(first)
+            self.last.append(last)
+            for t in users:
+                lit = self.on(t, q)
+                after_first = self.model.add(first <= self.start[t])
+                before_last = self.model.add(last >= self.start[t] + self.dur[t])
+                if lit is not True:
+                    after_first.only_enforce_if(lit)
+                    before_last.only_enforce_if(lit)
+            self.model.add(self.objective >= last - first)
+
+    # -- hint and solution ---------------------------------------------------------------------
+    def add_hint(self, hint: Schedule, value: int | None) -> None:
+        """Hint starts, presences, the span's helper variables and the objective ``value``."""
+        p, m = self.problem, self.model
+        if value is not None:
+            m.add_hint(self.objective, value)
+        start, proc = hint.start.tolist(), hint.processor.tolist()
+        for t, s in enumerate(self.start):
+            m.add_hint(s, start[t])
+        member = {self._unit(t): t for t in range(p.num_tasks)}  # one task per literal owner
+        for (unit, q), x in self.presence.items():
+            m.add_hint(x, proc[member[unit]] == q)
+        end = hint.end(p)
+        for q, (first, last) in enumerate(zip(self.first, self.last, strict=True)):
+            mine = hint.processor == q
+            m.add_hint(first, int(hint.start[mine].min()) if mine.any() else 0)
+            m.add_hint(last, int(end[mine].max()) if mine.any() else 0)
+
+    def schedule(self, solver: cp_model.CpSolver) -> Schedule:
+        proc = [
+            procs[0] if len(procs) == 1 else next(q for q in procs if solver.boolean_value(self.on(t, q)))
+            for t, procs in enumerate(self.procs)
+        ]
+        return Schedule(processor=proc, start=[solver.value(s) for s in self.start])
+
+
+def _negate(lit: cp_model.IntVar | bool) -> cp_model.IntVar | bool:
+    return (not lit) if isinstance(lit, bool) else ~lit
+
+
+class _Progress(cp_model.CpSolverSolutionCallback):
+    """Reports each improving solution to a user callable."""
+
+    def __init__(self, report: Callable[[dict], None], t0: float) -> None:
+        super().__init__()
+        self.report, self.t0 = report, t0
+
+    def on_solution_callback(self) -> None:
+        incumbent, bound = int(self.objective_value), math.ceil(self.best_objective_bound - 1e-6)
+        gap = (incumbent - bound) / incumbent if incumbent else 0.0
+        self.report({"incumbent": incumbent, "bound": bound, "gap": gap, "elapsed": time.perf_counter() - self.t0})

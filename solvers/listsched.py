@@ -1,0 +1,428 @@
+"""List scheduling: processors take the highest-priority task whose data has arrived.
+
+Priority is the upward rank (the longest path from a task to the end of the graph, counting its own
+duration and the mean transfer delays); ties go to the lower task index. Decisions run in time
+order, in O((V + E) log V). A task becomes ready when its last predecessor is placed; it is then
+given a processor: its only one, its affinity group's (the group follows its first task), or the
+one where it could start first, counting the data-ready time there, the work already queued there
+and whether its memory fits. A processor that comes free starts, among its tasks whose data has
+arrived, the one with the highest priority, and idles only when none has arrived (no insertion
+into earlier gaps: tasks are appended to each processor).
+
+Memory: because tasks are appended, every earlier task of a processor has ended when the next one
+starts, so a processor's usage is the running sum of the deltas in its order. A task that would
+overflow its processor waits until a release there makes room; meanwhile other tasks go first.
+When nothing can start any more the result is ``unknown``.
+
+Example
+-------
+>>> from solvers import Problem, validate
+>>> from solvers.listsched import list_schedule
+>>> p = Problem(duration=[2, 2, 3], num_processors=2, edges=[[0, 2]], delay=[1])
+>>> r = list_schedule(p)
+>>> r.objective, r.schedule.processor.tolist(), r.schedule.start.tolist()
+(5, [0, 1, 0], [0, 0, 2])
+>>> validate(p, r.schedule)
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from solvers.bounds import lower_bound
+from solvers.graph import csr, longest_to_sinks
+from solvers.problem import OBJECTIVES, Problem, Result, Schedule
+from solvers.simulate import time_orders
+
+PRIORITIES = ("upward_rank", "index")
+"""Named priority rules; a priority may also be an array with one value per task (higher first)."""
+
+_SCALE = 64  # fixed-point scale of the mean transfer delays inside the upward rank
+
+
+def effective_allowed(problem: Problem) -> np.ndarray:
+    """``allowed`` narrowed so that all tasks of an affinity group share the same allowed set.
+
+    >>> from solvers import Problem
+    >>> p = Problem(duration=[1, 1], allowed=[[1, 1], [0, 1]], group=[0, 0])
+    >>> effective_allowed(p).astype(int).tolist()
+    [[0, 1], [0, 1]]
+    """
+    allowed = problem.allowed
+    grouped = problem.group >= 0
+    if not grouped.any():
+        return allowed
+    ids, inverse = np.unique(problem.group[grouped], return_inverse=True)
+    common = np.ones((len(ids), problem.num_processors), dtype=bool)
+    np.logical_and.at(common, inverse, allowed[grouped])
+    out = allowed.copy()
+    out[grouped] = common[inverse]
+    return out
+
+
+def upward_rank(problem: Problem, allowed: np.ndarray | None = None) -> np.ndarray:
+    """Longest path from each task to the end of the graph, its own duration included.
+
+    An edge counts its delay times the chance that two processors drawn from the tasks' allowed
+    sets differ (0 for tasks of one group). Returned in units of 1/64 of a time step.
+
+    >>> from solvers import Problem
+    >>> p = Problem(duration=[2, 3], allowed=[[1, 0], [0, 1]], edges=[[0, 1]], delay=[1])
+    >>> (upward_rank(p) / 64).tolist()
+    [6.0, 3.0]
+    """
+    allowed = effective_allowed(problem) if allowed is None else allowed
+    u, v = problem.edges[:, 0], problem.edges[:, 1]
+    count = allowed.sum(axis=1)
+    common = np.zeros(len(u), dtype=np.int64)
+    for q in range(problem.num_processors):  # column by column keeps memory at O(E)
+        common += allowed[u, q] & allowed[v, q]
+    differ = 1.0 - common / (count[u] * count[v])
+    differ[(problem.group[u] >= 0) & (problem.group[u] == problem.group[v])] = 0.0
+    weight = np.rint(problem.delay * differ * _SCALE).astype(np.int64)
+    dur = problem.duration * _SCALE
+    return longest_to_sinks(problem.topological_order(), problem.num_tasks, problem.edges, dur, weight) + dur
+
+
+def list_schedule(
+    problem: Problem,
+    /,
+    *,
+    objective: str = "makespan",
+    priority: str | Sequence[float] | np.ndarray = "upward_rank",
+    orders: Sequence[Sequence[int]] | None = None,
+) -> Result:
+    """Memory-aware list scheduling (see the module docstring).
+
+    Parameters
+    ----------
+    problem : Problem
+    objective : {"makespan", "span"}
+        Reported objective. For ``span`` the as-late-as-possible timing of the same processor
+        orders is returned when its span is smaller.
+    priority : "upward_rank", "index" or array of n numbers
+        Order in which ready tasks are taken (higher first; ties by lower index).
+    orders : list of per-processor task lists, optional
+        Tasks listed in ``orders[q]`` run on processor ``q`` in that order; unlisted tasks are
+        placed freely around them. With every task listed this is `solvers.time_orders` with the
+        memory check made up front.
+
+    Returns
+    -------
+    Result
+        ``feasible`` (``optimal`` when the objective meets the lower bound) with a schedule,
+        ``infeasible`` when a task or group fits no processor, or ``unknown`` without a schedule
+        when memory blocks every ready task.
+
+    Examples
+    --------
+    Memory forces the two allocating tasks apart: task 1 frees what task 0 allocated.
+
+    >>> from solvers import Problem
+    >>> p = Problem(duration=[1, 1, 1], edges=[[0, 1]], mem_delta=[4, -4, 4], capacity=[5])
+    >>> list_schedule(p).schedule.start.tolist()
+    [0, 1, 2]
+    """
+    return _schedule(problem, "list", objective, priority, orders)
+
+
+def heft(
+    problem: Problem,
+    /,
+    *,
+    objective: str = "makespan",
+    priority: str | Sequence[float] | np.ndarray = "upward_rank",
+    orders: Sequence[Sequence[int]] | None = None,
+) -> Result:
+    """HEFT's ingredients (upward-rank priority, each task on the processor where it can start
+    first, no insertion into gaps): the same algorithm and options as `list_schedule`, reported
+    under the solver name ``heft``.
+
+    >>> from solvers import Problem
+    >>> heft(Problem(duration=[3, 1, 1], num_processors=2)).objective
+    3
+    """
+    return _schedule(problem, "heft", objective, priority, orders)
+
+
+def _schedule(problem: Problem, solver: str, objective: str, priority, orders) -> Result:
+    t0 = time.perf_counter()
+    if objective not in OBJECTIVES:
+        raise ValueError(f"unknown objective {objective!r}; valid: {', '.join(OBJECTIVES)}")
+    allowed = effective_allowed(problem)
+    why = infeasible_reason(problem, allowed)
+    if why:
+        return Result(
+            None,
+            "infeasible",
+            None,
+            lower_bound(problem, objective),
+            time.perf_counter() - t0,
+            solver,
+            objective,
+            {"reason": why},
+        )
+    chain = np.zeros((0, 2), dtype=np.int64)
+    if orders is not None:
+        allowed, chain = _pin_orders(problem, allowed, orders)
+    keys = _priority(problem, allowed, priority)
+    placed = _place(problem, allowed, keys, chain)
+    bound = lower_bound(problem, objective)
+    if isinstance(placed, str):
+        return Result(None, "unknown", None, bound, time.perf_counter() - t0, solver, objective, {"reason": placed})
+    schedule, placement = placed
+    if objective == "span":
+        late = _as_late_as_possible(problem, schedule, placement)
+        if late.span(problem) < schedule.span(problem):
+            schedule = late
+    value = schedule.objective(problem, objective)
+    status = "optimal" if value <= bound else "feasible"
+    return Result(schedule, status, value, bound, time.perf_counter() - t0, solver, objective)
+
+
+def infeasible_reason(problem: Problem, allowed: np.ndarray) -> str:
+    """Why no schedule can exist, judged task by task (``allowed`` from `effective_allowed`):
+    an affinity group without a common processor, or an allocation larger than the capacity plus
+    all releases of every processor the task may use. Empty when no such reason is seen."""
+    none = np.flatnonzero(~allowed.any(axis=1))
+    if len(none):
+        t = int(none[0])
+        return f"the affinity group {problem.group[t]} of {problem.task_label(t)} has no common processor"
+    # releases may come first (usage can go below 0), so a processor offers its capacity plus
+    # everything the tasks that may run there release
+    freed = (np.maximum(-problem.mem_delta, 0) @ allowed).astype(np.int64)
+    room = np.where(allowed, problem.capacity[None, :] + freed[None, :], -1).max(axis=1)
+    big = np.flatnonzero(problem.mem_delta > room)
+    if len(big):
+        t = int(big[0])
+        return f"{problem.task_label(t)} allocates {problem.mem_delta[t]} but its processors hold at most {room[t]}"
+    return ""
+
+
+def _pin_orders(
+    problem: Problem, allowed: np.ndarray, orders: Sequence[Sequence[int]]
+) -> tuple[np.ndarray, np.ndarray]:
+    """``allowed`` with the tasks in ``orders`` (and their groups) bound to their processor, and
+    the orders as chain edges."""
+    if len(orders) != problem.num_processors:
+        raise ValueError(f"orders: expected {problem.num_processors} lists (one per processor), got {len(orders)}")
+    pin = np.full(problem.num_tasks, -1, dtype=np.int64)
+    chains = []
+    for q, order in enumerate(orders):
+        idx = np.asarray(order, dtype=np.int64).reshape(-1)
+        if len(idx) and (idx.min() < 0 or idx.max() >= problem.num_tasks):
+            raise ValueError(f"orders: {problem.processor_label(q)} lists a task index out of range")
+        seen = idx[pin[idx] >= 0]
+        if len(seen) or len(np.unique(idx)) != len(idx):
+            t = int(seen[0]) if len(seen) else int(np.argmax(np.bincount(idx)))
+            raise ValueError(f"orders: {problem.task_label(t)} is listed more than once")
+        pin[idx] = q
+        chains.append(np.stack([idx[:-1], idx[1:]], axis=1))
+    listed = np.flatnonzero(pin >= 0)
+    for t in listed[~allowed[listed, pin[listed]]].tolist():
+        where = problem.processor_label(int(pin[t]))
+        raise ValueError(f"orders: {problem.task_label(t)} may not run on {where}")
+    grouped = listed[problem.group[listed] >= 0]
+    for t in grouped.tolist():
+        members = np.flatnonzero(problem.group == problem.group[t])
+        clash = members[(pin[members] >= 0) & (pin[members] != pin[t])]
+        if len(clash):
+            raise ValueError(
+                f"orders: {problem.task_label(t)} and {problem.task_label(int(clash[0]))} "
+                "share an affinity group but are listed on different processors"
+            )
+        pin[members] = pin[t]
+    bound = np.flatnonzero(pin >= 0)
+    allowed = allowed.copy()
+    allowed[bound] = False
+    allowed[bound, pin[bound]] = True
+    return allowed, np.concatenate(chains).astype(np.int64)
+
+
+def _priority(problem: Problem, allowed: np.ndarray, priority) -> np.ndarray:
+    if isinstance(priority, str):
+        if priority == "upward_rank":
+            return upward_rank(problem, allowed)
+        if priority == "index":
+            return -np.arange(problem.num_tasks)
+        raise ValueError(f"unknown priority {priority!r}; valid: {', '.join(PRIORITIES)} or one number per task")
+    keys = np.asarray(priority, dtype=float)
+    if keys.shape != (problem.num_tasks,):
+        raise ValueError(f"priority: expected {problem.num_tasks} values, got shape {keys.shape}")
+    return keys
+
+
+def _candidates(allowed: np.ndarray) -> tuple[list[int], list[int], list[list[int]]]:
+    """Per task: its single processor (or -1), the id of its allowed set, and the allowed sets."""
+    n, P = allowed.shape
+    fixed = np.where(allowed.sum(axis=1) == 1, np.argmax(allowed, axis=1), -1)
+    if P <= 62:
+        key = allowed.astype(np.int64) @ (np.int64(1) << np.arange(P, dtype=np.int64))
+        sets, inverse = np.unique(key, return_inverse=True)
+        patterns = [[q for q in range(P) if (int(k) >> q) & 1] for k in sets]
+    else:
+        rows, inverse = np.unique(allowed, axis=0, return_inverse=True)
+        patterns = [np.flatnonzero(r).tolist() for r in rows]
+    return fixed.tolist(), inverse.reshape(n).tolist(), patterns
+
+
+def _place(
+    problem: Problem, allowed: np.ndarray, keys: np.ndarray, chain: np.ndarray
+) -> tuple[Schedule, list[list[int]]] | str:
+    """The list-scheduling loop: the schedule and each processor's tasks in placement order, or a
+    message when memory blocks every ready task.
+
+    Decisions run in time order. A task whose predecessors are all placed is ready: it goes to a
+    processor then (its only one, its group's, or the one where it could start first given the
+    data-ready time, the processor's queued work and its free memory) and waits there. A processor
+    that comes free starts the highest-priority task whose data has arrived, or else idles until
+    the earliest arrival; a task that would overflow memory waits for a release on that processor.
+    """
+    n, P = problem.num_tasks, problem.num_processors
+    rank_order = np.lexsort((np.arange(n), -keys))  # position 0 = highest priority
+    order = rank_order.tolist()
+    position = np.empty(n, dtype=np.int64)
+    position[rank_order] = np.arange(n)
+
+    src, dst = problem.edges[:, 0], problem.edges[:, 1]
+    pptr, psrc, peid = csr(n, dst, src)  # incoming edges, grouped by target
+    pptr, psrc, pdel = pptr.tolist(), psrc.tolist(), problem.delay[peid].tolist()
+    all_src, all_dst = np.concatenate([src, chain[:, 0]]), np.concatenate([dst, chain[:, 1]])
+    sptr, stgt, _ = csr(n, all_src, all_dst)
+    sptr, stgt = sptr.tolist(), stgt.tolist()
+    indeg = np.bincount(all_dst, minlength=n).tolist()
+    pos_of = position.tolist()
+
+    fixed, pattern, patterns = _candidates(allowed)
+    dur, mem, group = problem.duration.tolist(), problem.mem_delta.tolist(), problem.group.tolist()
+    cap, cur, avail, backlog = problem.capacity.tolist(), [0] * P, [0] * P, [0] * P
+    gproc: dict[int, int] = {}
+    proc, start, end = [-1] * n, [0] * n, [0] * n
+    sequence: list[int] = []
+    waiting: list[list[tuple[int, int]]] = [[] for _ in range(P)]  # (data-ready time, position)
+    arrived: list[list[int]] = [[] for _ in range(P)]  # positions whose data has arrived
+    blocked: list[list[tuple[int, int]]] = [[] for _ in range(P)]  # (allocation, position)
+    events: list[tuple[int, int]] = []  # (time, processor): when a processor may start a task
+    heappush, heappop = heapq.heappush, heapq.heappop
+
+    def next_time(q: int) -> int:
+        if arrived[q]:
+            return avail[q]
+        if waiting[q]:
+            w = waiting[q][0][0]
+            return w if w > avail[q] else avail[q]
+        return -1
+
+    def make_ready(t: int, now: int) -> None:
+        lo, hi = pptr[t], pptr[t + 1]
+        q = fixed[t]
+        if q < 0 and group[t] >= 0:
+            q = gproc.get(group[t], -1)
+        if q >= 0:
+            ready = 0
+            for k in range(lo, hi):
+                p = psrc[k]
+                c = end[p] + pdel[k] if proc[p] != q else end[p]
+                if c > ready:
+                    ready = c
+        else:
+            # the latest arrival counting every delay (top, from processor top_q); on top_q the
+            # task waits instead for the latest arrival from elsewhere or the latest end there
+            top, top_q, other = 0, -1, 0
+            for k in range(lo, hi):
+                p = psrc[k]
+                c = end[p] + pdel[k]
+                if c > top:
+                    top, top_q = c, proc[p]
+            for k in range(lo, hi):
+                p = psrc[k]
+                c = end[p] if proc[p] == top_q else end[p] + pdel[k]
+                if c > other:
+                    other = c
+            best, m = None, mem[t]
+            for r in patterns[pattern[t]]:
+                c = top if r != top_q else other
+                free = (avail[r] if avail[r] > now else now) + backlog[r]
+                key = (cur[r] + m > cap[r], free if free > c else c)
+                if best is None or key < best:
+                    best, q, ready = key, r, c
+            if group[t] >= 0:
+                gproc[group[t]] = q
+        heappush(waiting[q], (ready, pos_of[t]))
+        backlog[q] += dur[t]
+        heappush(events, (next_time(q), q))
+
+    for t in range(n):
+        if indeg[t] == 0:
+            make_ready(t, 0)
+
+    while events:
+        when, q = heappop(events)
+        now = next_time(q)
+        if now != when:  # stale: every change of next_time(q) pushed its own event
+            continue
+        wait, here = waiting[q], arrived[q]
+        while wait and wait[0][0] <= now:
+            heappush(here, heappop(wait)[1])
+        t = -1
+        while here:
+            pos = heappop(here)
+            if cur[q] + mem[order[pos]] > cap[q]:  # cur <= cap always, so only an allocation fails
+                heappush(blocked[q], (mem[order[pos]], pos))
+            else:
+                t = order[pos]
+                break
+        if t < 0:
+            if next_time(q) >= 0:
+                heappush(events, (next_time(q), q))
+            continue
+        m = mem[t]
+        proc[t], start[t] = q, now
+        end[t] = avail[q] = now + dur[t]
+        backlog[q] -= dur[t]
+        sequence.append(t)
+        if m:
+            cur[q] += m
+            if m < 0:  # room freed: blocked tasks that now fit may start
+                heap = blocked[q]
+                while heap and cur[q] + heap[0][0] <= cap[q]:
+                    heappush(here, heappop(heap)[1])
+        for k in range(sptr[t], sptr[t + 1]):
+            v = stgt[k]
+            indeg[v] -= 1
+            if indeg[v] == 0:
+                make_ready(v, now)
+        if next_time(q) >= 0:
+            heappush(events, (next_time(q), q))
+
+    if len(sequence) < n:
+        stuck = [order[pos] for heap in blocked for _, pos in heap]
+        if not stuck:
+            t = next(t for t in range(n) if proc[t] < 0)
+            raise ValueError(
+                f"orders: the given orders contradict the precedences ({problem.task_label(t)} can never start)"
+            )
+        t = stuck[0]
+        return (
+            f"memory: {len(stuck)} ready tasks fit on no processor (first: {problem.task_label(t)}, "
+            f"allocating {mem[t]}); {n - len(sequence)} tasks unplaced"
+        )
+    orders: list[list[int]] = [[] for _ in range(P)]
+    for t in sequence:
+        orders[proc[t]].append(t)
+    schedule = Schedule(processor=np.asarray(proc, dtype=np.int64), start=np.asarray(start, dtype=np.int64))
+    return schedule, orders
+
+
+def _as_late_as_possible(problem: Problem, schedule: Schedule, orders: list[list[int]]) -> Schedule:
+    """The same processor ``orders`` timed as late as possible within the same makespan (memory
+    is unchanged: each processor's order, and so its running sum, stays the same)."""
+    reverse = Problem(
+        duration=problem.duration, allowed=problem.allowed, edges=problem.edges[:, ::-1], delay=problem.delay
+    )
+    back = time_orders(reverse, [order[::-1] for order in orders])
+    return Schedule(processor=schedule.processor, start=schedule.makespan(problem) - back.end(problem))

@@ -1,0 +1,71 @@
+"""Random problems for property tests, and a brute-force solver for tiny ones."""
+
+from __future__ import annotations
+
+import itertools
+
+import networkx as nx
+import numpy as np
+from hypothesis import strategies as st
+
+from solvers import Deadlock, Problem, Schedule, time_orders, violations
+
+
+@st.composite
+def problems(draw, max_tasks: int = 12, max_processors: int = 3, memory: bool = True, groups: bool = True) -> Problem:
+    """A random DAG: tasks 0..n-1 with edges from lower to higher index, random allowed sets,
+    delays, memory deltas (a random capacity or none per processor) and affinity groups."""
+    n = draw(st.integers(1, max_tasks))
+    P = draw(st.integers(1, max_processors))
+    ints = lambda lo, hi, k: draw(st.lists(st.integers(lo, hi), min_size=k, max_size=k))  # noqa: E731
+    rows = st.lists(st.booleans(), min_size=P, max_size=P)
+    allowed = np.array(draw(st.lists(rows, min_size=n, max_size=n)))
+    allowed[np.arange(n), ints(0, P - 1, n)] = True
+    pairs = draw(st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=2 * n))
+    edges = sorted({(min(u, v), max(u, v)) for u, v in pairs if u != v})
+    options = {}
+    if memory:
+        mem = np.array(ints(-4, 4, n)) * np.array(draw(st.lists(st.booleans(), min_size=n, max_size=n)))
+        caps = [
+            c if c is not None else 10**9
+            for c in draw(st.lists(st.one_of(st.none(), st.integers(0, 10)), min_size=P, max_size=P))
+        ]
+        options.update(mem_delta=mem, capacity=caps)
+    if groups:
+        options["group"] = ints(-1, 2, n)
+    edges = np.array(edges, dtype=np.int64).reshape(-1, 2)
+    return Problem(duration=ints(0, 6, n), allowed=allowed, edges=edges, delay=ints(0, 4, len(edges)), **options)
+
+
+def brute_force(problem: Problem, objective: str = "makespan") -> tuple[int, Schedule] | None:
+    """Best valid earliest-start schedule over all processor assignments and processor orders
+    (``None`` when none validates). Every schedule it returns is valid, so nothing proven optimal
+    may beat it; it can miss optima that overlap zero-length tasks with others."""
+    n, P = problem.num_tasks, problem.num_processors
+    g = nx.DiGraph(problem.edges.tolist())
+    g.add_nodes_from(range(n))
+    later = {t: nx.descendants(g, t) for t in range(n)}
+    best = None
+    for assign in itertools.product(range(P), repeat=n):
+        if not all(problem.allowed[t, q] for t, q in enumerate(assign)):
+            continue
+        per = [[t for t in range(n) if assign[t] == q] for q in range(P)]
+        choices = [
+            [
+                list(p)
+                for p in itertools.permutations(tasks)
+                if not any(p[i] in later[p[j]] for i in range(len(p)) for j in range(i + 1, len(p)))
+            ]
+            for tasks in per
+        ]
+        for orders in itertools.product(*choices):
+            try:
+                schedule = time_orders(problem, list(orders))
+            except Deadlock:
+                continue
+            if violations(problem, schedule, limit=1):
+                continue
+            value = schedule.objective(problem, objective)
+            if best is None or value < best[0]:
+                best = (value, schedule)
+    return best
