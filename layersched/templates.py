@@ -2,6 +2,10 @@
 
 A template only decides the order; `solvers.time_orders` computes the start times from the task
 graph (so transfer delays and uneven stages are honoured) and `solvers.validate` checks the result.
+Most templates are fixed patterns; ``zb-greedy`` and ``ooo`` simulate the timing to decide the order.
+The Zero Bubble family (``zb-h1``, ``zb-h2``, ``zb-greedy``, ``zb-v``) follows Qi et al., "Zero Bubble
+Pipeline Parallelism" (ICLR 2024); ``dualpipev`` DeepSeek's DualPipeV; ``interleaved`` Megatron-LM's
+interleaved 1F1B; ``kfkb`` Ada-Grouper's kFkB; ``ooo`` out-of-order backprop (Oh et al., EuroSys 2022).
 
 Example
 -------
@@ -11,13 +15,19 @@ Example
 ...     "stages": 2, "microbatches": 3, "forward": 1, "backward_input": 1, "backward_weight": 1}}))
 >>> template_orders("1f1b", pipe)[0]
 ['0F0', '0F1', '0B0', '0F2', '0B1', '0B2']
+>>> template_orders("zb-h1", pipe)[1]
+['1F0', '1I0', '1F1', '1I1', '1W0', '1F2', '1I2', '1W1', '1W2']
 """
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
+from layersched.graph import parse_action
 from layersched.stages import Pipeline
 
 
@@ -38,8 +48,13 @@ class Template:
 
 TEMPLATES: dict[str, Template] = {}
 
+KFKB = re.compile(r"^kfkb-(\d+)$")
+"""``kfkb-<k>``: Ada-Grouper's kFkB with groups of ``k`` micro-batches (``kfkb`` itself is k = 2)."""
 
-def template(name: str, *, split_backward: bool, placement: str = "loop", stages_per_rank: tuple[int, int | None] = (1, 1)):
+
+def template(
+    name: str, *, split_backward: bool, placement: str = "loop", stages_per_rank: tuple[int, int | None] = (1, 1)
+):
     """Register a template builder ``f(pipe) -> per-rank action lists`` under ``name``."""
 
     def deco(fn: Callable[[Pipeline], list[list[str]]]):
@@ -55,10 +70,17 @@ def template_names() -> list[str]:
 
 
 def get_template(name: str) -> Template:
-    try:
+    """The template called ``name``; ``kfkb-<k>`` (k >= 1) gives kFkB with groups of k."""
+    if name in TEMPLATES:
         return TEMPLATES[name]
-    except KeyError:
-        raise ValueError(f"unknown schedule {name!r}; valid: {', '.join(template_names())}") from None
+    found = KFKB.match(name)
+    if found and int(found[1]) >= 1:
+        k = int(found[1])
+        base = TEMPLATES["kfkb"]
+        return Template(
+            name, partial(_kfkb, k=k), base.split_backward, base.placement, f"kFkB with groups of {k} micro-batches"
+        )
+    raise ValueError(f"unknown schedule {name!r}; valid: {', '.join(template_names())}, kfkb-<k> (k >= 1)")
 
 
 def template_orders(name: str, pipe: Pipeline) -> list[list[str]]:
@@ -66,25 +88,51 @@ def template_orders(name: str, pipe: Pipeline) -> list[list[str]]:
     t = get_template(name)
     v = pipe.stages_per_rank
     if v < t.min_stages_per_rank or (t.max_stages_per_rank is not None and v > t.max_stages_per_rank):
-        want = (f"exactly {t.min_stages_per_rank}" if t.min_stages_per_rank == t.max_stages_per_rank
-                else f"at least {t.min_stages_per_rank}")
+        want = (
+            f"exactly {t.min_stages_per_rank}"
+            if t.min_stages_per_rank == t.max_stages_per_rank
+            else f"at least {t.min_stages_per_rank}"
+        )
         raise TemplateError(f"schedule {name!r} needs {want} stage(s) per rank, the pipeline has {v}")
     return t.build(pipe)
 
 
-def _one_f_one_b_order(p: int, m: int, r: int, backward: tuple[str, ...]) -> list[str]:
-    """Rank r of a one-stage-per-rank pipeline: p-1-r warm-up forwards, then one forward and one
-    backward in turn, then the remaining backwards."""
-    warm = min(p - 1 - r, m)
-    out = [f"{r}F{i}" for i in range(warm)]
-    for i in range(m - warm):
-        out.append(f"{r}F{warm + i}")
-        out.extend(f"{r}{k}{i}" for k in backward)
-    for i in range(m - warm, m):
-        out.extend(f"{r}{k}{i}" for k in backward)
+def _steady_order(stage: int, m: int, warm: int, backward: tuple[str, ...], lag: int = 0, group: int = 1) -> list[str]:
+    """One stage's order in the 1F1B family: ``warm`` forwards, then the micro-batches' backwards in
+    turn, each completed group of ``group`` backwards followed by ``group`` new forwards (while any
+    are left). With a split backward (``("I", "W")``) the weight pass of micro-batch ``j - lag``
+    follows the ``I`` of micro-batch ``j``; the weight passes still owed come last.
+
+    >>> _steady_order(0, 4, 2, ("B",))
+    ['0F0', '0F1', '0B0', '0F2', '0B1', '0F3', '0B2', '0B3']
+    >>> _steady_order(0, 3, 1, ("I", "W"), lag=1)
+    ['0F0', '0I0', '0F1', '0I1', '0W0', '0F2', '0I2', '0W1', '0W2']
+    """
+    f = min(warm, m)
+    out = [f"{stage}F{i}" for i in range(f)]
+    w = 0
+    for j in range(m):
+        out.append(f"{stage}{backward[0]}{j}")
+        if len(backward) > 1 and j >= lag:
+            out.append(f"{stage}W{w}")
+            w += 1
+        if (j + 1) % group == 0:
+            out.extend(f"{stage}F{i}" for i in range(f, min(f + group, m)))
+            f = min(f + group, m)
+    out.extend(f"{stage}W{i}" for i in range(w, m) if len(backward) > 1)
     return out
 
 
+def _need_multiple(name: str, m: int, k: int, what: str) -> None:
+    if m % k:
+        raise TemplateError(
+            f"schedule {name!r} needs the number of micro-batches to be a multiple of "
+            f"{what} ({k}), the pipeline has {m}; the least valid value from there is "
+            f"{-(-m // k) * k}"
+        )
+
+
+# -- the 1F1B family (one stage per rank, loop placement) ---------------------------------------------
 @template("gpipe", split_backward=False)
 def gpipe(pipe: Pipeline) -> list[list[str]]:
     """GPipe: all forwards, then all backwards (fused), one stage per rank."""
@@ -95,10 +143,409 @@ def gpipe(pipe: Pipeline) -> list[list[str]]:
 @template("1f1b", split_backward=False)
 def one_f_one_b(pipe: Pipeline) -> list[list[str]]:
     """1F1B (PipeDream-flush): p-1-r warm-up forwards on rank r, then alternate, fused backward."""
-    return [_one_f_one_b_order(pipe.num_ranks, pipe.num_microbatches, r, ("B",)) for r in range(pipe.num_ranks)]
+    p, m = pipe.num_ranks, pipe.num_microbatches
+    return [_steady_order(r, m, p - r, ("B",)) for r in range(p)]
 
 
 @template("1f1b-split", split_backward=True)
 def one_f_one_b_split(pipe: Pipeline) -> list[list[str]]:
     """1F1B with the backward split into I then W, W right after its I."""
-    return [_one_f_one_b_order(pipe.num_ranks, pipe.num_microbatches, r, ("I", "W")) for r in range(pipe.num_ranks)]
+    p, m = pipe.num_ranks, pipe.num_microbatches
+    return [_steady_order(r, m, p - r, ("I", "W")) for r in range(p)]
+
+
+@template("zb-h1", split_backward=True)
+def zb_h1(pipe: Pipeline) -> list[list[str]]:
+    """Zero Bubble H1: 1F1B's memory, rank r defers its W passes by r micro-batches to fill the cool-down.
+
+    Rank ``r`` keeps 1F1B's ``p - r`` warm-up forwards and lets each ``W`` trail its ``I`` by ``r``
+    micro-batches, so every rank holds ``p`` micro-batches in flight and rank 0, the fullest, peaks at
+    1F1B's ``p`` activations. With equal stages and no transfer the bubble (span minus work) is
+    ``(p-1)(F+I-W)`` when ``W <= F`` (Zero Bubble's ``(p-1)(T_F+T_B-T_W)``, their ``B`` being our
+    ``I``), one third of 1F1B's when ``F = I = W``.
+    """
+    p, m = pipe.num_ranks, pipe.num_microbatches
+    return [_steady_order(r, m, p - r, ("I", "W"), lag=r) for r in range(p)]
+
+
+@template("zb-h2", split_backward=True)
+def zb_h2(pipe: Pipeline) -> list[list[str]]:
+    """Zero Bubble H2: 2p-1-2r warm-up forwards on rank r, W trailing by 2r: zero bubble at 2x memory.
+
+    The extra forwards fill the bubble before the first backward and the deferred ``W`` passes the
+    tail, turning 1F1B's trapezoid into a parallelogram; rank 0 peaks at ``2p-1`` activations. With
+    equal stages, transfer ``c <= min(F, I, W)`` and ``m >= 2p-1`` the bubble is ``(p-1)(F+I+2c-2W)``
+    when ``W <= F`` and ``2W <= F+I+2c`` (Zero Bubble's ``(p-1)(T_F+T_B+2T_comm-2T_W)``): zero when
+    ``F = I = W`` and ``c = 0``.
+    """
+    p, m = pipe.num_ranks, pipe.num_microbatches
+    return [_steady_order(r, m, 2 * (p - r) - 1, ("I", "W"), lag=2 * r) for r in range(p)]
+
+
+def _kfkb(pipe: Pipeline, k: int) -> list[list[str]]:
+    p, m = pipe.num_ranks, pipe.num_microbatches
+    _need_multiple(f"kfkb-{k}", m, k, "the group size k")
+    return [_steady_order(r, m, k * (p - r), ("B",), group=k) for r in range(p)]
+
+
+@template("kfkb", split_backward=False)
+def kfkb(pipe: Pipeline) -> list[list[str]]:
+    """Ada-Grouper kFkB (k = 2; ``kfkb-<k>`` for others): 1F1B over groups of k micro-batches.
+
+    Rank ``r`` runs ``k(p-1-r)`` warm-up forwards, then ``k`` forwards and ``k`` (fused) backwards
+    per group; ``kfkb-1`` is 1F1B. Needs the micro-batch count to be a multiple of ``k``. With equal
+    stages and no transfer the bubble is 1F1B's ``(p-1)(F+I+W)`` for every ``k``. With a transfer,
+    1F1B's steady state waits on it at every switch between forward and backward; kFkB switches k
+    times less often and its back-to-back passes hide the transfers, at ``k`` times 1F1B's memory.
+    """
+    return _kfkb(pipe, 2)
+
+
+# -- interleaved 1F1B (v stages per rank, loop placement) ---------------------------------------------
+@template("interleaved", split_backward=False, stages_per_rank=(2, None))
+def interleaved(pipe: Pipeline) -> list[list[str]]:
+    """Megatron interleaved 1F1B: v stages per rank (stage s on rank s mod p), fused backward.
+
+    Rank ``r`` walks the ``m*v`` virtual micro-batches in Megatron's order (``p`` micro-batches per
+    chunk in turn; backward chunks in reverse) with ``2(p-1-r) + (v-1)p`` warm-up forwards. Needs
+    ``m`` to be a multiple of ``p``. With equal stages and no transfer the bubble is ``(p-1)(F+I+W)``
+    per-stage times, i.e. ``(p-1)(F+B)/v`` in per-rank times: 1F1B's divided by ``v``.
+    """
+    p, v, m = pipe.num_ranks, pipe.stages_per_rank, pipe.num_microbatches
+    _need_multiple("interleaved", m, p, "the number of ranks")
+    total = m * v
+
+    def action(r: int, k: int, kind: str) -> str:
+        chunk = (k // p) % v
+        stage = (chunk if kind == "F" else v - 1 - chunk) * p + r
+        return f"{stage}{kind}{(k // (p * v)) * p + k % p}"
+
+    out = []
+    for r in range(p):
+        warm = min(2 * (p - 1 - r) + (v - 1) * p, total)
+        order = [action(r, k, "F") for k in range(warm)]
+        for i in range(total - warm):
+            order += [action(r, warm + i, "F"), action(r, i, "B")]
+        out.append(order + [action(r, k, "B") for k in range(total - warm, total)])
+    return out
+
+
+# -- V-shaped schedules (two stages per rank: r going down, 2p-1-r coming back) -----------------------
+class _Counter:
+    """Appends actions of one rank, numbering the micro-batches of each (stage, kind) in turn."""
+
+    def __init__(self):
+        self.out: list[tuple[int, str, int]] = []
+        self.count: dict[tuple[int, str], int] = {}
+
+    def __call__(self, stage: int, kind: str) -> None:
+        i = self.count.get((stage, kind), 0)
+        self.count[stage, kind] = i + 1
+        self.out.append((stage, kind, i))
+
+    def n(self, stage: int, kind: str) -> int:
+        return self.count.get((stage, kind), 0)
+
+    def names(self, m: int) -> list[str]:
+        return [f"{s}{k}{i}" for s, k, i in self.out if i < m]
+
+
+@template("zb-v", split_backward=True, placement="v", stages_per_rank=(2, 2))
+def zb_v(pipe: Pipeline) -> list[list[str]]:
+    """Zero Bubble V: two stages per rank in a V, 1F1B's memory, zero bubble when F = I = W.
+
+    Rank ``r`` holds stage ``r`` (down) and ``2p-1-r`` (up): ``2(p-r)-1`` down forwards, ``r`` up/down
+    forward pairs, ``p-r`` rounds of up F, I, W, then the steady round (down F, I, W; up F, I, W);
+    the cool-down runs the backward passes first and the weight passes last. Fewer than ``2p-1``
+    micro-batches are planned as ``2p-1`` with the missing ones left out. Peak: ``2p`` stage
+    activations, 1F1B's ``p`` whole-rank activations.
+    """
+    p, m = pipe.num_ranks, pipe.num_microbatches
+    n = max(m, 2 * p - 1)
+    out = []
+    for r in range(p):
+        down, up = r, 2 * p - 1 - r
+        put = _Counter()
+        for _ in range(2 * (p - r) - 1):
+            put(down, "F")
+        for _ in range(r):
+            put(up, "F")
+            put(down, "F")
+        for _ in range(p - r):
+            for kind in "FIW":
+                put(up, kind)
+        while put.n(up, "F") < put.n(down, "F") or put.n(down, "F") < n:
+            if put.n(down, "F") < n:
+                put(down, "F")
+            for stage, kind in ((down, "I"), (down, "W"), (up, "F"), (up, "I"), (up, "W")):
+                put(stage, kind)
+        for _ in range(r):
+            put(down, "I")
+            put(up, "I")
+        for _ in range(p - r):
+            put(down, "I")
+            put(down, "W")
+        for stage in (up, down):
+            while put.n(stage, "W") < n:
+                put(stage, "W")
+        out.append(put.names(m))
+    return out
+
+
+@template("dualpipev", split_backward=True, placement="v", stages_per_rank=(2, 2))
+def dualpipev(pipe: Pipeline) -> list[list[str]]:
+    """DeepSeek DualPipeV: DualPipe cut in half onto a V; overlapped F&B chunks run as F then B.
+
+    Rank ``r`` of ``p`` follows DualPipeV's eight steps (forwards of the down stage, forward pairs,
+    zero-bubble up backwards, the main F&B loop, and a cool-down whose second half defers its ``W``
+    passes). A full backward ``B`` is our ``I`` then ``W``; an overlapped chunk ``F&B`` is ``F``
+    then ``B``, each sending its output when it ends. Needs at least ``2p`` micro-batches.
+
+    DeepSeek's bubble ``(PP/2-1)(F&B+B-3W)`` counts ``PP/2 = p`` ranks; reading ``F&B`` as ``F+B``
+    and ``B`` as ``I+W`` it is ``(p-1)(F+2I-W)``. Our graph, where no output waits for the pair's
+    other half, measures ``(p-1)(F+I-W)`` with no transfer and ``W <= I <= F <= I+W``: one ``I``
+    per rank less. Peak: ``2p+1`` stage activations (DualPipe's ``PP+1``).
+    """
+    p, m = pipe.num_ranks, pipe.num_microbatches
+    if m < 2 * p:
+        raise TemplateError(
+            f"schedule 'dualpipev' needs at least 2 x {p} = {2 * p} micro-batches, the pipeline has {m}"
+        )
+    out = []
+    for r in range(p):
+        # DualPipeV's steps as (kind, phase, defer W); phase 0 runs stage r, phase 1 stage 2p-1-r
+        half = (r + 1) // 2
+        steps = (
+            [("F", 0, False)] * (2 * (p - r - 1))
+            + [("F", 0, False), ("F", 1, False)] * (r + 1)
+            + [("B", 1, True), ("W", 0, False), ("F", 1, False)] * (p - r - 1)
+            + [("F", 0, False), ("B", 1, False), ("F", 1, False), ("B", 0, False)] * (m - 2 * p + r + 1)
+            + [("B", 1, False), ("F", 1, False), ("B", 0, False)] * (p - r - 1)
+        )
+        for i in range(r + 1):
+            steps += [("B", 1, i > half or (i == half and r % 2 == 1)), ("B", 0, i >= half)]
+        steps += [("W", 0, False), ("B", 0, True)] * (p - r - 1) + [("W", 0, False)] * (r + 1)
+        put, deferred = _Counter(), []
+        for kind, phase, defer in steps:
+            stage = (r, 2 * p - 1 - r)[phase]
+            if kind == "W":
+                put(deferred.pop(0), "W")
+            elif kind == "F":
+                put(stage, "F")
+            else:
+                put(stage, "I")
+                if defer:
+                    deferred.append(stage)
+                else:
+                    put(stage, "W")
+        out.append(put.names(m))
+    return out
+
+
+# -- timing-aware: the Zero Bubble sweep --------------------------------------------------------------
+class _Timeline:
+    """Passes of a one-stage-per-rank pipeline placed one at a time, each at its earliest start: after
+    the stage's previous pass and after its input arrives (``I`` of the next stage plus the transfer,
+    or the previous stage's ``F``). Tracks memory, its peak and the idle time after the first pass.
+    The ``i``-th pass of a kind on a stage is micro-batch ``i``."""
+
+    def __init__(self, pipe: Pipeline):
+        S = self.S = pipe.num_stages
+        self.dur = {"F": pipe.forward.tolist(), "I": pipe.backward_input.tolist(), "W": pipe.backward_weight.tolist()}
+        self.mf, self.mw = pipe.mem_forward.tolist(), pipe.mem_freed_by_weight.tolist()
+        self.delta = {
+            "F": self.mf,
+            "I": [w - f for f, w in zip(self.mf, self.mw, strict=True)],
+            "W": [-w for w in self.mw],
+        }
+        self.c = pipe.transfer.tolist() + [0]
+        self.count = {k: [0] * S for k in "FIW"}
+        self.ends: dict[tuple[str, int, int], int] = {}
+        self.free, self.mem, self.peak, self.idle = [0] * S, [0] * S, [0] * S, [0] * S
+        self.orders: list[list[str]] = [[] for _ in range(S)]
+
+    def arrival(self, s: int, k: str, i: int) -> int | None:
+        """When the input of pass ``k`` of micro-batch ``i`` on stage ``s`` is there (None: not placed)."""
+        if k == "F":
+            return 0 if s == 0 else self._end_plus("F", s - 1, i, self.c[s - 1])
+        if k == "I" and s < self.S - 1:
+            return self._end_plus("I", s + 1, i, self.c[s])
+        return self._end_plus("F" if k == "I" else "I", s, i, 0)
+
+    def _end_plus(self, k: str, s: int, i: int, delay: int) -> int | None:
+        end = self.ends.get((k, s, i))
+        return None if end is None else end + delay
+
+    def put(self, s: int, k: str) -> None:
+        i = self.count[k][s]
+        start = max(self.free[s], self.arrival(s, k, i))
+        if self.count["F"][s]:
+            self.idle[s] += start - self.free[s]
+        self.free[s] = self.ends[k, s, i] = start + self.dur[k][s]
+        self.mem[s] += self.delta[k][s]
+        self.peak[s] = max(self.peak[s], self.mem[s])
+        self.count[k][s] += 1
+        self.orders[s].append(f"{s}{k}{i}")
+
+    def pending(self, s: int) -> bool:
+        return self.count["W"][s] < self.count["I"][s]
+
+    @property
+    def span(self) -> int:
+        return max(self.free[s] - self.ends["F", s, 0] + self.dur["F"][s] for s in range(self.S))
+
+
+def _replay(pipe: Pipeline, orders: list[list[str]]) -> _Timeline:
+    """Time fixed per-rank orders (each kind in micro-batch order) on a `_Timeline`."""
+    tl, todo = _Timeline(pipe), [[parse_action(a)[1] for a in order] for order in orders]
+    pos, moved = [0] * pipe.num_stages, True
+    while moved:
+        moved = False
+        for s, kinds in enumerate(todo):
+            while pos[s] < len(kinds) and tl.arrival(s, k := kinds[pos[s]], tl.count[k][s]) is not None:
+                tl.put(s, k)
+                pos[s], moved = pos[s] + 1, True
+    assert pos == [len(kinds) for kinds in todo], "orders that deadlock"
+    return tl
+
+
+def _zb_sweep(
+    pipe: Pipeline,
+    cap: float,
+    *,
+    warmup: list[int] | None = None,
+    tight_first: bool = False,
+    skip_ahead: bool = False,
+    fill_small: bool = True,
+) -> _Timeline:
+    """Zero Bubble's scheduling heuristic (their Section 3.1) on a one-stage-per-rank pipeline.
+
+    Micro-batch by micro-batch it places, per stage, one forward (stage order) and then one ``I``
+    (reverse stage order). Before a pass that must wait for its input, the stage runs pending ``W``
+    passes that end before the input arrives, and one more when the gap would otherwise grow the
+    largest idle time of any stage (always with ``fill_small``). A forward that would exceed ``cap``
+    first runs pending ``W`` passes. Micro-batch 0 is preceded by as many forwards as fit in memory
+    before its ``I`` comes back (``tight_first``: only those that end in time), unless ``warmup``
+    gives the counts; ``skip_ahead`` lets a stage two forwards ahead of the next one skip a forward
+    when waiting costs no more than the largest idle time. Stage 0 runs its pending ``W`` passes
+    before each ``I`` once its forwards are done; leftover ``W`` passes end each stage.
+    """
+    tl = _Timeline(pipe)
+    S, m, dur, mf, count, free, idle = tl.S, pipe.num_microbatches, tl.dur, tl.mf, tl.count, tl.free, tl.idle
+
+    def fill(s: int, k: str) -> None:
+        arrival = tl.arrival(s, k, count[k][s])
+        while tl.pending(s) and free[s] + dur["W"][s] <= arrival:
+            tl.put(s, "W")
+        if tl.pending(s) and free[s] < arrival and (fill_small or arrival - free[s] > max(idle) - idle[s]):
+            tl.put(s, "W")
+
+    def room_time(s: int) -> int:
+        """Time of the W passes the next forward of stage s would first need for memory."""
+        used, k = tl.mem[s] + mf[s], count["W"][s]
+        while used > cap and k < count["I"][s]:
+            used, k = used - tl.mw[s], k + 1
+        return (k - count["W"][s]) * dur["W"][s]
+
+    def forward(s: int) -> None:
+        while tl.mem[s] + mf[s] > cap and tl.pending(s):
+            tl.put(s, "W")
+        fill(s, "F")
+        tl.put(s, "F")
+
+    for s in range(S):
+        forward(s)
+    req = [0] * S
+    if warmup is not None:
+        req = [min(w, m - 1) for w in warmup]
+    else:
+        back = free[S - 1] + dur["I"][S - 1]  # when micro-batch 0's I leaves stage s + 1
+        for s in range(S - 2, -1, -1):
+            used, t = tl.mem[s], free[s]
+            while (
+                1 + req[s] < m
+                and used + mf[s] <= cap
+                and (t + dur["F"][s] <= back + tl.c[s] if tight_first else t < back + tl.c[s])
+            ):
+                used, t, req[s] = used + mf[s], t + dur["F"][s], req[s] + 1
+            back = max(t, back + tl.c[s]) + dur["I"][s]
+        for s in range(1, S):  # a stage runs one forward more than the next one, unless both ran all
+            while req[s] > req[s - 1] or 0 < req[s] == req[s - 1] and 1 + req[s] < m:
+                req[s] -= 1
+    for s in range(S):
+        for _ in range(req[s]):
+            forward(s)
+    for s in range(S - 1, -1, -1):
+        tl.put(s, "I")
+    for _ in range(1, m):
+        go = [count["F"][s] < m for s in range(S)]
+        if skip_ahead:
+            for s in range(S - 1):
+                if go[s] and count["F"][s] >= count["F"][s + 1] + 2:
+                    needed = free[s + 1] + dur["F"][s + 1] + dur["I"][s + 1] + tl.c[s]
+                    go[s] = free[s] < needed and (
+                        free[s] + dur["F"][s] + room_time(s) <= needed or needed - free[s] > max(idle) - idle[s]
+                    )
+        for s in range(S - 2, -1, -1):
+            go[s] = go[s] and go[s + 1]
+        for s in range(S):
+            if go[s]:
+                forward(s)
+        for s in range(S - 1, -1, -1):
+            fill(s, "I")
+            while s == 0 and count["F"][0] == m and tl.pending(0):
+                tl.put(0, "W")
+            tl.put(s, "I")
+    for s in range(S):
+        while count["W"][s] < m:
+            tl.put(s, "W")
+    return tl
+
+
+def _capacity(name: str, pipe: Pipeline, need: int) -> float:
+    """The memory limit a memory-aware template schedules under (inf without one); `TemplateError`
+    when it is below ``need``, the least the template can work with."""
+    if pipe.capacity is None:
+        return math.inf
+    if pipe.capacity < need:
+        raise TemplateError(
+            f"schedule {name!r} needs memory_limit >= {need} {pipe.memory_unit} per rank, "
+            f"the pipeline has {pipe.capacity}"
+        )
+    return pipe.capacity
+
+
+@template("zb-greedy", split_backward=True)
+def zb_greedy(pipe: Pipeline) -> list[list[str]]:
+    """Zero Bubble's memory-bounded heuristic: as many forwards as memory allows, I first, W to fill gaps.
+
+    Runs `_zb_sweep` under the pipeline's memory limit (none: unlimited) with each of its eight
+    hyperparameter settings, as the paper's grid search does, and also times ``1f1b-split``,
+    ``zb-h1`` and ``zb-h2``; keeps the shortest span among those within the limit (the sweeps always
+    are: they never exceed it). On Zero Bubble's settings it matches their ILP-refined ZB-1p under
+    the 1p limit and ZB-2p under 2p to four decimals (see tests).
+    """
+    cap = _capacity("zb-greedy", pipe, int(pipe.mem_forward.max()))  # one forward in flight
+    runs = [
+        _zb_sweep(pipe, cap, tight_first=a, skip_ahead=b, fill_small=f)
+        for a in (False, True)
+        for b in (False, True)
+        for f in (False, True)
+    ]
+    runs += [_replay(pipe, build(pipe)) for build in (one_f_one_b_split, zb_h1, zb_h2)]
+    return min((tl for tl in runs if max(tl.peak) <= cap), key=lambda tl: tl.span).orders
+
+
+@template("ooo", split_backward=True)
+def ooo(pipe: Pipeline) -> list[list[str]]:
+    """Out-of-order backprop: 1F1B order with I first (sent at once), W passes moved into idle time.
+
+    Gradient fast-forwarding: each stage sends its input gradient (``I``) before any weight gradient;
+    the ``W`` passes run where the rank would otherwise wait (never delaying a pass whose input has
+    come) and are forced only when the next forward would need more memory than 1F1B's peak (or the
+    pipeline's limit, if lower).
+    """
+    p, m = pipe.num_ranks, pipe.num_microbatches
+    one_f_one_b_peak = max(min(p - r, m) * f for r, f in enumerate(pipe.mem_forward.tolist()))
+    cap = min(_capacity("ooo", pipe, one_f_one_b_peak), one_f_one_b_peak)
+    return _zb_sweep(pipe, cap, warmup=[p - 1 - r for r in range(p)], fill_small=False).orders

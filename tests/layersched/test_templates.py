@@ -1,0 +1,261 @@
+"""The pipeline templates: closed forms, memory, Zero Bubble's published numbers, errors, validity.
+
+Closed forms are stated as bubble time = span - work per rank, with equal stages of times F, I, W
+(fused B = I + W) and transfer c between stages; span is the steady-state iteration time.
+"""
+
+import pytest
+
+from layersched.config import ProblemSpec
+from layersched.solve import solve_pipeline
+from layersched.stages import pipeline_from_spec
+from layersched.templates import TemplateError, get_template, template_names, template_orders
+from solvers import InvalidSchedule
+
+S = 1024  # sequence length of Zero Bubble's settings
+
+# (p, m, F, I, W, transfer, h, a) and the published bubble rates (Qi et al., ICLR 2024):
+# 1F1B, ZB-H1, ZB-H2, ZB-1p (1p limit), ZB-2p (2p limit); ZB-1p equals ZB-H1 on these settings
+ZB_SETTINGS = {
+    "1.5B": ((8, 24, 18522, 18086, 9337, 601, 2304, 24), (0.2431, 0.1585, 0.1083, 0.1585, 0.0433)),
+    "6.2B": ((8, 24, 29718, 29444, 19927, 527, 4096, 32), (0.2347, 0.1323, 0.0698, 0.1323, 0.0029)),
+    "14.6B": ((16, 48, 11347, 11248, 8132, 377, 5120, 40), (0.2552, 0.1397, 0.0672, 0.1397, 0.0066)),
+}
+
+
+def pipeline(p, m, F, I, W, c=0, *, v=1, memory_forward=10, memory_freed_by_weight=6, memory_limit=None):
+    """Stage-level pipeline of p ranks with v equal stages each."""
+    return pipeline_from_spec(
+        ProblemSpec.model_validate(
+            {
+                "name": "t",
+                "pipeline": dict(
+                    stages=p * v,
+                    stages_per_rank=v,
+                    microbatches=m,
+                    forward=F,
+                    backward_input=I,
+                    backward_weight=W,
+                    transfer=c,
+                    memory_forward=memory_forward,
+                    memory_freed_by_weight=memory_freed_by_weight,
+                    memory_limit=memory_limit,
+                ),
+            }
+        )
+    )
+
+
+def zb_pipeline(name, limit_factor=None):
+    """One of Zero Bubble's settings; memory per micro-batch 34h + 5as, W frees 32h; limit in p's."""
+    p, m, F, I, W, c, h, a = ZB_SETTINGS[name][0]
+    mem = 34 * h + 5 * a * S
+    return pipeline(
+        p,
+        m,
+        F,
+        I,
+        W,
+        c,
+        memory_forward=mem,
+        memory_freed_by_weight=32 * h,
+        memory_limit=limit_factor * p * mem if limit_factor else None,
+    )
+
+
+def bubble_time(schedule, pipe):
+    sol = solve_pipeline(pipe, schedule=schedule)  # validated: precedence, memory, overlap
+    per_microbatch = int(pipe.forward.sum() + pipe.backward_input.sum() + pipe.backward_weight.sum())
+    return sol.metrics["span"] - pipe.num_microbatches * per_microbatch // pipe.num_ranks
+
+
+# -- closed forms -----------------------------------------------------------------------------------
+FIW = [(1, 1, 1), (3, 2, 1), (4, 3, 2), (5, 4, 2), (6, 5, 5), (3, 3, 1)]
+
+
+@pytest.mark.parametrize("F,I,W", FIW)
+@pytest.mark.parametrize("p", [2, 3, 5])
+def test_1f1b_family_closed_forms_without_transfer(p, F, I, W):
+    m = 3 * p
+    assert bubble_time("1f1b", pipeline(p, m, F, I, W)) == (p - 1) * (F + I + W)
+    # Zero Bubble's (p-1)(T_F + T_B - T_W), their B being our I; it needs W <= F (all of FIW)
+    assert bubble_time("zb-h1", pipeline(p, m, F, I, W)) == (p - 1) * (F + I - W)
+    # (p-1)(T_F + T_B - 2 T_W), zero when F = I = W; it needs W <= F and 2W <= F + I (all of FIW)
+    assert bubble_time("zb-h2", pipeline(p, m, F, I, W)) == (p - 1) * (F + I - 2 * W)
+    for k in (1, 3):  # kFkB keeps 1F1B's bubble without transfer
+        assert bubble_time(f"kfkb-{k}", pipeline(p, m, F, I, W)) == (p - 1) * (F + I + W)
+
+
+@pytest.mark.parametrize("c", [1, 2])
+def test_kfkb_hides_transfers_that_1f1b_waits_for(c):
+    p, m, F, I, W = 4, 24, 3, 2, 1
+    one = bubble_time("1f1b", pipeline(p, m, F, I, W, c))
+    for k in (2, 3, 4):
+        grouped = bubble_time(f"kfkb-{k}", pipeline(p, m, F, I, W, c))
+        assert (p - 1) * (F + I + W) < grouped < one
+
+
+@pytest.mark.parametrize("F,I,W", FIW)
+@pytest.mark.parametrize("p,v", [(2, 2), (4, 2), (3, 3)])
+def test_interleaved_divides_the_bubble_by_v(p, v, F, I, W):
+    # per-stage times F, I, W: (p-1)(F+I+W) is 1F1B's bubble (p-1) v (F+I+W) of the whole rank over v
+    for m in (p, 3 * p):
+        assert bubble_time("interleaved", pipeline(p, m, F, I, W, v=v)) == (p - 1) * (F + I + W)
+
+
+@pytest.mark.parametrize("F,I,W", [(1, 1, 1), (3, 2, 2), (4, 3, 2), (5, 4, 2), (5, 3, 3)])
+@pytest.mark.parametrize("p", [2, 3, 4, 6])
+def test_dualpipev_closed_form(p, F, I, W):
+    # W <= I <= F <= I + W; see dualpipev's docstring for DeepSeek's (PP/2-1)(F&B+B-3W)
+    for m in (2 * p, 3 * p + 1):
+        assert bubble_time("dualpipev", pipeline(p, m, F, I, W, v=2)) == (p - 1) * (F + I - W)
+
+
+@pytest.mark.parametrize("p", [2, 3, 4, 6])
+def test_zb_v_has_no_bubble_when_passes_are_equal(p):
+    for m in (2 * p - 1, 3 * p):
+        assert bubble_time("zb-v", pipeline(p, m, 2, 2, 2, v=2)) == 0
+    # with uneven passes it still beats 1F1B on the same model in p stages (stage times doubled)
+    one_f_one_b = bubble_time("1f1b", pipeline(p, 3 * p, 6, 4, 2))
+    assert bubble_time("zb-v", pipeline(p, 3 * p, 3, 2, 1, v=2)) < one_f_one_b
+
+
+@pytest.mark.parametrize("F,I,W,c", [(3, 3, 3, 1), (3, 2, 1, 1), (4, 3, 2, 2), (6, 5, 5, 3), (18522, 18086, 9337, 601)])
+@pytest.mark.parametrize("p", [2, 4, 5])
+def test_zb_h2_closed_form_with_transfer(p, F, I, W, c):
+    # Zero Bubble's (p-1)(T_F + T_B + 2 T_comm - 2 T_W): W <= F, 2W <= F+I+2c, c <= min(F, I, W)
+    for m in (2 * p - 1, 3 * p):
+        assert bubble_time("zb-h2", pipeline(p, m, F, I, W, c)) == (p - 1) * (F + I + 2 * c - 2 * W)
+
+
+# -- memory ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("p,m", [(3, 9), (4, 12), (8, 24)])
+def test_peak_memory(p, m):
+    mem = 10
+    peak = {
+        name: solve_pipeline(
+            pipeline(p, m, 3, 2, 1, 1, v=get_template(name).min_stages_per_rank), schedule=name
+        ).metrics["peak_memory"]
+        for name in ("1f1b", "zb-h1", "zb-h2", "zb-v", "dualpipev", "ooo")
+    }
+    assert peak["1f1b"][0] == peak["zb-h1"][0] == max(peak["zb-h1"]) == p * mem  # 1F1B's memory
+    assert peak["zb-h2"][0] == (2 * p - 1) * mem  # about twice
+    # two half-size stages per rank: 2p of them is 1F1B's p whole-rank activations, on every rank
+    assert peak["zb-v"] == [2 * p * mem] * p
+    assert max(peak["dualpipev"]) == (2 * p + 1) * mem  # DualPipe's PP + 1
+    assert max(peak["ooo"]) <= p * mem
+
+
+@pytest.mark.parametrize("limit", [10, 17, 25, 40, 80, None])
+@pytest.mark.parametrize("p,m,F,I,W,c", [(4, 12, 3, 2, 1, 1), (3, 2, 1, 4, 2, 0), (5, 17, 2, 3, 4, 2)])
+def test_zb_greedy_never_exceeds_the_memory_limit(p, m, F, I, W, c, limit):
+    pipe = pipeline(p, m, F, I, W, c, memory_limit=limit)
+    sol = solve_pipeline(pipe, schedule="zb-greedy")
+    assert limit is None or max(sol.metrics["peak_memory"]) <= limit
+    # never worse than the handcrafted schedules that fit the same limit
+    for name in ("1f1b-split", "zb-h1", "zb-h2", "ooo"):
+        try:
+            other = solve_pipeline(pipe, schedule=name)
+        except (TemplateError, InvalidSchedule):  # not applicable or over the limit
+            continue
+        assert sol.metrics["span"] <= other.metrics["span"], name
+
+
+@pytest.mark.parametrize("p,m,F,I,W,c", [(4, 12, 3, 2, 1, 1), (5, 3, 1, 4, 2, 0), (6, 20, 5, 5, 4, 2)])
+def test_ooo_fills_idle_time_without_more_memory_than_1f1b(p, m, F, I, W, c):
+    pipe = pipeline(p, m, F, I, W, c)
+    ooo = solve_pipeline(pipe, schedule="ooo").metrics
+    split = solve_pipeline(pipe, schedule="1f1b-split").metrics
+    assert ooo["span"] <= split["span"]
+    assert max(ooo["peak_memory"]) <= max(split["peak_memory"])
+    # gradient fast-forwarding: some rank sends the next micro-batch's I before an earlier W
+    acts = template_orders("ooo", pipe)
+    assert any(a.index(f"{r}W0") > a.index(f"{r}I1") for r, a in enumerate(acts[:-1]))
+
+
+# -- Zero Bubble's settings -----------------------------------------------------------------------
+@pytest.mark.parametrize("name", ZB_SETTINGS)
+def test_handcrafted_zero_bubble_schedules_reproduce_published_rates(name):
+    _, (_, h1, h2, _, _) = ZB_SETTINGS[name]
+    p = ZB_SETTINGS[name][0][0]
+    sol = solve_pipeline(zb_pipeline(name, limit_factor=1), schedule="zb-h1")
+    assert round(sol.metrics["bubble_rate"], 4) == h1
+    mem = int(sol.pipe.mem_forward[0])
+    assert sol.metrics["peak_memory"][0] == max(sol.metrics["peak_memory"]) == p * mem  # 1F1B's 1p
+    sol = solve_pipeline(zb_pipeline(name, limit_factor=2), schedule="zb-h2")
+    assert round(sol.metrics["bubble_rate"], 4) == h2
+    assert sol.metrics["peak_memory"][0] == (2 * p - 1) * mem
+
+
+@pytest.mark.parametrize("name", ZB_SETTINGS)
+@pytest.mark.parametrize("limit_factor", [1, 2])
+def test_zb_greedy_meets_zb_1p_and_2p(name, limit_factor):
+    published = ZB_SETTINGS[name][1][2 + limit_factor]
+    pipe = zb_pipeline(name, limit_factor)
+    sol = solve_pipeline(pipe, schedule="zb-greedy")
+    assert round(sol.metrics["bubble_rate"], 4) <= published
+    assert max(sol.metrics["peak_memory"]) <= pipe.capacity
+
+
+# -- errors ---------------------------------------------------------------------------------------
+def test_template_errors_say_what_would_fit():
+    with pytest.raises(TemplateError, match=r"multiple of the number of ranks \(4\).* has 6.* 8$"):
+        template_orders("interleaved", pipeline(4, 6, 1, 1, 1, v=2))
+    with pytest.raises(TemplateError, match=r"at least 2 x 4 = 8 micro-batches, the pipeline has 7"):
+        template_orders("dualpipev", pipeline(4, 7, 1, 1, 1, v=2))
+    with pytest.raises(TemplateError, match=r"multiple of the group size k \(3\).* has 8.* 9$"):
+        template_orders("kfkb-3", pipeline(4, 8, 1, 1, 1))
+    with pytest.raises(TemplateError, match=r"kfkb-2.*multiple of the group size k \(2\).* 6$"):
+        template_orders("kfkb", pipeline(4, 5, 1, 1, 1))
+    with pytest.raises(TemplateError, match=r"'zb-greedy' needs memory_limit >= 10 unit per rank, .* has 9"):
+        template_orders("zb-greedy", pipeline(4, 8, 1, 1, 1, memory_limit=9))
+    with pytest.raises(TemplateError, match=r"'ooo' needs memory_limit >= 40 unit per rank, .* has 39"):
+        template_orders("ooo", pipeline(4, 8, 1, 1, 1, memory_limit=39))
+
+
+def test_wrong_stages_per_rank():
+    with pytest.raises(TemplateError, match=r"'zb-v' needs exactly 2 stage\(s\) per rank, .* has 1"):
+        template_orders("zb-v", pipeline(4, 8, 1, 1, 1))
+    with pytest.raises(TemplateError, match=r"'dualpipev' needs exactly 2 stage\(s\) per rank, .* has 3"):
+        template_orders("dualpipev", pipeline(2, 8, 1, 1, 1, v=3))
+    with pytest.raises(TemplateError, match=r"'interleaved' needs at least 2 stage\(s\) per rank"):
+        template_orders("interleaved", pipeline(4, 8, 1, 1, 1))
+    with pytest.raises(TemplateError, match=r"'zb-h1' needs exactly 1 stage"):
+        template_orders("zb-h1", pipeline(4, 8, 1, 1, 1, v=2))
+
+
+def test_kfkb_names():
+    pipe = pipeline(4, 12, 3, 2, 1, 1)
+    assert template_orders("kfkb-1", pipe) == template_orders("1f1b", pipe)
+    assert template_orders("kfkb", pipe) == template_orders("kfkb-2", pipe)
+    assert template_orders("kfkb-4", pipe)[3][:8] == ["3F0", "3F1", "3F2", "3F3", "3B0", "3B1", "3B2", "3B3"]
+    assert "kfkb" in template_names() and "kfkb-4" not in template_names()
+    for bad in ("kfkb-0", "kfkb-x", "zb"):
+        with pytest.raises(ValueError, match="unknown schedule .* kfkb-<k>"):
+            get_template(bad)
+
+
+# -- every template is valid ----------------------------------------------------------------------
+ALL = [*template_names(), "kfkb-3"]
+COMBOS = [(p, m, c) for p in (2, 3, 5) for m in (1, 2, p, 2 * p, 3 * p, 3 * p + 1, 6 * p) for c in (0, 3)]
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_every_template_validates_and_runs_each_pass_once(name):
+    t = get_template(name)
+    solved = 0
+    for p, m, c in COMBOS:
+        for v in (t.min_stages_per_rank, 3) if t.max_stages_per_rank is None else (t.min_stages_per_rank,):
+            pipe = pipeline(p, m, 3, 2, 2, c, v=v)
+            try:
+                sol = solve_pipeline(pipe, schedule=name)  # times the orders (no deadlock) and validates
+            except TemplateError as exc:
+                assert "micro-batches" in str(exc)  # only the documented micro-batch conditions
+                continue
+            solved += 1
+            kinds = "FIW" if t.split_backward else "FB"
+            for r, acts in enumerate(sol.actions()):
+                stages = [s for s, q in enumerate(sol.stage_to_rank) if q == r]
+                assert len(stages) == v
+                assert sorted(acts) == sorted(f"{s}{k}{i}" for s in stages for k in kinds for i in range(m))
+    assert solved >= 16  # every template accepts several micro-batch counts per (p, c)
