@@ -28,23 +28,41 @@ def _parser() -> argparse.ArgumentParser:
     from layersched.templates import template_names
     from solvers import solver_names
 
-    p = argparse.ArgumentParser(prog="layersched", description="Schedule neural-network training as a task "
-                                "graph: solve, compare, check and export pipeline schedules.",
-                                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="layersched",
+        description="Schedule neural-network training as a task "
+        "graph: solve, compare, check and export pipeline schedules.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    s = sub.add_parser("solve", help="solve a schedule for a problem file and write it as JSON",
-                       description="Build the task graph of a problem file (model-level or stage-level), "
-                       "schedule it with a template or a solver, validate it and write the schedule file.")
+    s = sub.add_parser(
+        "solve",
+        help="solve a schedule for a problem file and write it as JSON",
+        description="Build the task graph of a problem file (model-level or stage-level), "
+        "schedule it with a template or a solver, validate it and write the schedule file.",
+    )
     s.add_argument("problem", help="problem file (YAML or JSON), e.g. problems/zb-1.5b.yaml")
     how = s.add_mutually_exclusive_group()
-    how.add_argument("--schedule", metavar="NAME", help=f"pipeline template: {', '.join(template_names())} "
-                     "(default: the problem's own)")
-    how.add_argument("--solver", metavar="NAME", help=f"generic solver: {', '.join(solver_names())}")
-    s.add_argument("--objective", choices=["span", "makespan"],
-                   help="span: steady-state iteration time (largest per-rank span); makespan: one "
-                   "iteration from time 0 (default: the problem's own)")
+    how.add_argument(
+        "--schedule",
+        metavar="NAME",
+        help=f"pipeline template: {', '.join(template_names())} (default: the problem's own)",
+    )
+    how.add_argument(
+        "--solver",
+        metavar="NAME",
+        help=f"generic solver: {', '.join(solver_names())}, or best "
+        "(every template, list scheduling, then CP-SAT from the best of them)",
+    )
+    s.add_argument(
+        "--objective",
+        choices=["span", "makespan"],
+        help="span: steady-state iteration time (largest per-rank span); makespan: one "
+        "iteration from time 0 (default: the problem's own)",
+    )
     s.add_argument("--microbatches", type=int, metavar="M", help="override the number of micro-batches")
     s.add_argument("--time-limit", type=float, default=30.0, metavar="S", help="solver time limit in seconds")
     s.add_argument("--out", default="schedule.json", help="where to write the schedule (default: schedule.json)")
@@ -60,13 +78,20 @@ def _parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("export", help="convert a schedule file to another format")
     e.add_argument("schedule")
-    e.add_argument("--format", choices=["torch-csv", "json"], default="torch-csv",
-                   help="torch-csv: torch.distributed.pipelining's compute-only CSV (one row per rank)")
+    e.add_argument(
+        "--format",
+        choices=["torch-csv", "json"],
+        default="torch-csv",
+        help="torch-csv: torch.distributed.pipelining's compute-only CSV (one row per rank)",
+    )
     e.add_argument("--out", help="output file (default: the schedule's name with the format's suffix)")
 
-    b = sub.add_parser("bench", help="run a benchmark suite: every method on every problem; table, CSV, plot",
-                       description="Solve each problem of a suite (problems/suites/NAME.yaml, or a path) with each "
-                       "method and print bubble rate, iteration time, lower bound, gap, peak memory and solve time.")
+    b = sub.add_parser(
+        "bench",
+        help="run a benchmark suite: every method on every problem; table, CSV, plot",
+        description="Solve each problem of a suite (problems/suites/NAME.yaml, or a path) with each "
+        "method and print bubble rate, iteration time, lower bound, gap, peak memory and solve time.",
+    )
     b.add_argument("suite", help="suite name (e.g. zero-bubble) or path to a suite file")
     b.add_argument("--methods", help="comma-separated methods to run instead of the suite's (templates, solvers, best)")
     b.add_argument("--time-limit", type=float, metavar="S", help="time limit per solver run (default: the suite's)")
@@ -75,6 +100,9 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("schema", help="print the JSON Schema of the schedule file")
     sub.add_parser("list", help="list the pipeline templates and solvers")
+    from layersched.runtime.commands import add_commands
+
+    COMMANDS.update(add_commands(sub))
     return p
 
 
@@ -115,8 +143,9 @@ def cmd_solve(args, console: Console) -> int:
         from dataclasses import replace
 
         pipe = replace(pipe, num_microbatches=args.microbatches)
-    options = {"time_limit": args.time_limit} if args.solver in ("cpsat", "lns", "best") else {}
-    sol = solve_pipeline(pipe, schedule=args.schedule, solver=args.solver, objective=args.objective, **options)
+    solver = args.solver or (None if args.schedule else pipe.default_solver)
+    options = {"time_limit": args.time_limit} if solver in ("cpsat", "lns", "best") else {}
+    sol = solve_pipeline(pipe, schedule=args.schedule, solver=solver, objective=args.objective, **options)
     doc = schedule_file(sol, source=str(args.problem))
     save_json(doc, args.out)
     if not args.quiet:
@@ -158,14 +187,20 @@ def cmd_show(args, console: Console) -> int:
 
 def cmd_validate(args, console: Console) -> int:
     doc, metrics = _load_checked(args.schedule)
-    stale = [k for k in ("value", "span", "makespan", "peak_memory") if k in doc.metrics and doc.metrics[k] != metrics[k]]
+    stale = [
+        k for k in ("value", "span", "makespan", "peak_memory") if k in doc.metrics and doc.metrics[k] != metrics[k]
+    ]
     if stale:
         from layersched.config import SpecError
 
-        raise SpecError(f"{args.schedule}: metrics: {', '.join(stale)} do not match the tasks "
-                        f"(e.g. {stale[0]} is {doc.metrics[stale[0]]}, recomputed {metrics[stale[0]]}); re-export it")
-    console.print(f"{args.schedule}: valid ({len(doc.tasks)} tasks, {doc.pipeline.num_ranks} ranks, "
-                  f"{doc.objective} {_fmt_time(metrics['value'], doc.time_unit)})")
+        raise SpecError(
+            f"{args.schedule}: metrics: {', '.join(stale)} do not match the tasks "
+            f"(e.g. {stale[0]} is {doc.metrics[stale[0]]}, recomputed {metrics[stale[0]]}); re-export it"
+        )
+    console.print(
+        f"{args.schedule}: valid ({len(doc.tasks)} tasks, {doc.pipeline.num_ranks} ranks, "
+        f"{doc.objective} {_fmt_time(metrics['value'], doc.time_unit)})"
+    )
     return 0
 
 
@@ -196,17 +231,40 @@ def cmd_bench(args, console: Console) -> int:
 
         rows = run_suite(path, time_limit=args.time_limit, methods=methods, progress=progress)
     table = Table(title=f"suite {path.stem}")
-    cols = ("problem", "memory", "method", "bubble_rate", "value", "lower_bound", "gap", "peak_memory", "solve_s",
-            "published", "status")
+    cols = (
+        "problem",
+        "memory",
+        "method",
+        "bubble_rate",
+        "value",
+        "lower_bound",
+        "gap",
+        "peak_memory",
+        "solve_s",
+        "published",
+        "status",
+    )
     for c in cols:
-        table.add_column(c.replace("_", " "), justify="left" if c in ("problem", "method", "status") else "right",
-                         no_wrap=True, max_width=48 if c == "status" else None, overflow="ellipsis")
+        table.add_column(
+            c.replace("_", " "),
+            justify="left" if c in ("problem", "method", "status") else "right",
+            no_wrap=True,
+            max_width=48 if c == "status" else None,
+            overflow="ellipsis",
+        )
     for r in rows:
         cells = []
         for c in cols:
             v = r.get(c)
-            cells.append("" if v is None else f"{v:.4f}" if c in ("bubble_rate", "published") else
-                         f"{v:.2%}" if c == "gap" else str(v))
+            cells.append(
+                ""
+                if v is None
+                else f"{v:.4f}"
+                if c in ("bubble_rate", "published")
+                else f"{v:.2%}"
+                if c == "gap"
+                else str(v)
+            )
         table.add_row(*cells)
     console.print(table)
     out = Path(args.out_dir)
@@ -256,19 +314,28 @@ def _fmt_time(x: int, unit: str) -> str:
 def _summary(doc, console: Console) -> None:
     m = doc.metrics
     pipe = doc.pipeline
-    console.print(f"[bold]{doc.name}[/bold]: {doc.method}, {pipe.num_stages} stages on {pipe.num_ranks} ranks, "
-                  f"{pipe.num_microbatches} micro-batches, {'split' if pipe.split_backward else 'fused'} backward")
+    console.print(
+        f"[bold]{doc.name}[/bold]: {doc.method}, {pipe.num_stages} stages on {pipe.num_ranks} ranks, "
+        f"{pipe.num_microbatches} micro-batches, {'split' if pipe.split_backward else 'fused'} backward"
+    )
     gap = (m["value"] - m["lower_bound"]) / m["value"] if m["value"] else 0.0
     u = doc.time_unit
-    console.print(f"{doc.objective} {_fmt_time(m['value'], u)} (lower bound {_fmt_time(m['lower_bound'], u)}, "
-                  f"gap {gap:.2%}); iteration span {_fmt_time(m['span'], u)}, makespan {_fmt_time(m['makespan'], u)}; "
-                  f"bubble rate {m['bubble_rate']:.4f}")
+    console.print(
+        f"{doc.objective} {_fmt_time(m['value'], u)} (lower bound {_fmt_time(m['lower_bound'], u)}, "
+        f"gap {gap:.2%}); iteration span {_fmt_time(m['span'], u)}, makespan {_fmt_time(m['makespan'], u)}; "
+        f"bubble rate {m['bubble_rate']:.4f}"
+    )
     table = Table(show_edge=False)
     for col in ("rank", "work", "bubble", "peak memory", "limit"):
         table.add_column(col, justify="right")
     for r in range(pipe.num_ranks):
-        table.add_row(str(r), _fmt_time(m["work"][r], u), f"{m['per_rank_bubble'][r]:.4f}", _fmt_mem(m["peak_memory"][r], doc.memory_unit),
-                      _fmt_mem(m["capacity"][r], doc.memory_unit))
+        table.add_row(
+            str(r),
+            _fmt_time(m["work"][r], u),
+            f"{m['per_rank_bubble'][r]:.4f}",
+            _fmt_mem(m["peak_memory"][r], doc.memory_unit),
+            _fmt_mem(m["capacity"][r], doc.memory_unit),
+        )
     console.print(table)
 
 
@@ -287,14 +354,23 @@ def _grid(doc, width: int) -> str:
         mine = sorted((t for t in doc.tasks if t.processor == q and t.duration > 0), key=lambda t: t.start)
         starts = np.array([t.start for t in mine])
         k = np.searchsorted(starts, mid, side="right") - 1
-        row = ["." if kk < 0 or mine[kk].start + mine[kk].duration <= x else parse_action(mine[kk].name)[1]
-               for kk, x in zip(k.tolist(), mid.tolist())]
+        row = [
+            "." if kk < 0 or mine[kk].start + mine[kk].duration <= x else parse_action(mine[kk].name)[1]
+            for kk, x in zip(k.tolist(), mid.tolist(), strict=False)
+        ]
         lines.append(f"{p.name:>{pad}} |{''.join(row)}|")
     return "\n".join(lines)
 
 
-COMMANDS = {"solve": cmd_solve, "show": cmd_show, "validate": cmd_validate, "export": cmd_export,
-            "schema": cmd_schema, "list": cmd_list, "bench": cmd_bench}
+COMMANDS = {
+    "solve": cmd_solve,
+    "show": cmd_show,
+    "validate": cmd_validate,
+    "export": cmd_export,
+    "schema": cmd_schema,
+    "list": cmd_list,
+    "bench": cmd_bench,
+}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,0 +1,152 @@
+"""The runner on this machine's CPUs (gloo, one thread per rank): two tables.
+
+(a) Overhead per action, ours vs torch.distributed.pipelining's ``_PipelineScheduleRuntime`` on
+    the same schedules and the same model, a tiny MLP whose compute is negligible: the median step
+    time over the actions per rank. Our compute share is the measured compute time over the step.
+(b) Prediction vs measurement: the model is profiled (``layersched.runtime.profiler``, the link
+    between two local ranks measured), the problem solved with each template that applies, the
+    schedule run, and the measured iteration time (mean and median over the steps after the
+    first) set beside the predicted one, with the measured/predicted ratio of each action kind.
+
+Usage::
+
+    python benchmarks/runner_bench.py              # 2 ranks, 30 steps
+    python benchmarks/runner_bench.py --quick      # fewer steps, gpt_small only in (b)
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from pathlib import Path
+
+from layersched.config import ProblemSpec
+from layersched.export import schedule_file
+from layersched.runtime.launch import launch_jobs
+from layersched.runtime.profiler import problem_from_profile, profile
+from layersched.runtime.runner import RunConfig
+from layersched.runtime.torch_runtime import torch_supports
+from layersched.runtime.trace import compare, trace_document
+from layersched.solve import solve_pipeline
+from layersched.stages import pipeline_from_spec
+from layersched.templates import TemplateError, template_names
+
+MODELS = Path(__file__).resolve().parents[1] / "examples" / "models.py"
+
+
+def _step_times(results, skip: int) -> list[float]:
+    """Per step after ``skip``, the slowest rank's step time."""
+    return [max(r.step_times[k] for r in results) for k in range(skip, len(results[0].step_times))]
+
+
+def overhead_table(ranks: int, microbatches: int, steps: int, rounds: int) -> None:
+    spec = ProblemSpec.model_validate(
+        {
+            "name": "overhead",
+            "pipeline": {
+                "stages": ranks,
+                "microbatches": microbatches,
+                "forward": 1,
+                "backward_input": 1,
+                "backward_weight": 1,
+            },
+        }
+    )
+    model, options = f"{MODELS}:mlp", {"width": 4, "depth": 2 * ranks, "microbatch_size": 1}
+    jobs = []
+    for name in ("gpipe", "1f1b", "1f1b-split"):
+        doc = schedule_file(solve_pipeline(pipeline_from_spec(spec), schedule=name))
+        for runtime in ("layersched", "torch"):
+            if runtime == "layersched" or not torch_supports(doc):
+                jobs.append(RunConfig(doc, model, steps=steps, model_options=options, runtime=runtime))
+    # the jobs run in turn, ``rounds`` times, so that load from elsewhere hits both runtimes alike
+    runs = launch_jobs(jobs * rounds, timeout=900)
+    print(
+        f"(a) overhead per action: tiny MLP (width 4, {2 * ranks} layers, micro-batch 1), {ranks} ranks, "
+        f"{microbatches} micro-batches; median over {rounds} x {steps - 3} steps"
+    )
+    print(
+        f"{'schedule':<12}{'runtime':<12}{'actions/rank':>13}{'step (ms)':>11}{'per action (us)':>17}"
+        f"{'compute share':>15}"
+    )
+    for j, job in enumerate(jobs):
+        mine = runs[j :: len(jobs)]
+        step = statistics.median(t for results in mine for t in _step_times(results, 3))
+        actions = max(len(a) for a in job.schedule.actions)
+        share = "-"
+        if job.runtime == "layersched":
+            busy = [
+                sum(e["duration"] for e in r.events if e["step"] >= 3 and not e.get("wait")) / sum(r.step_times[3:])
+                for results in mine
+                for r in results
+            ]
+            share = f"{statistics.mean(busy):.1%}"
+        print(
+            f"{job.schedule.method:<12}{job.runtime:<12}{actions:>13}{step * 1e3:>11.3f}"
+            f"{step / actions * 1e6:>17.1f}{share:>15}"
+        )
+
+
+def prediction_table(models: list[tuple[str, dict]], ranks: int, microbatches: int, steps: int) -> None:
+    jobs, labels = [], []
+    for builder, options in models:
+        extra = {k: v for k, v in options.items() if k != "microbatch_size"}
+        prof = profile(
+            f"{MODELS}:{builder}",
+            options["microbatch_size"],
+            repeat=20,
+            num_microbatches=microbatches,
+            model_options=extra,
+        )
+        link = prof["link"]
+        print(
+            f"profiled {builder} {options}: link {link['latency'] * 1e6:.0f} us + bytes / "
+            f"{link['bandwidth'] / 1e9:.2f} GB/s"
+        )
+        pipe = pipeline_from_spec(problem_from_profile(prof, microbatches=microbatches, pipeline=ranks))
+        for name in template_names():
+            try:
+                doc = schedule_file(solve_pipeline(pipe, schedule=name))
+            except TemplateError as exc:
+                print(f"  {name}: skipped ({exc})")
+                continue
+            jobs.append(RunConfig(doc, f"{MODELS}:{builder}", steps=steps, model_options=options))
+            labels.append(builder)
+    results = launch_jobs(jobs, timeout=900)
+    print(f"(b) predicted vs measured iteration, {ranks} ranks, {microbatches} micro-batches, steps 1..{steps - 1}")
+    print(
+        f"{'model':<11}{'schedule':<12}{'predicted':>10}{'mean':>9}{'median':>9}{'median/pred':>12}"
+        f"{'F':>7}{'B':>7}{'I':>7}{'W':>7}"
+    )
+    for label, job, res in zip(labels, jobs, results, strict=True):
+        cmp = compare(job.schedule, trace_document(job.schedule, res))
+        rows = {row.what: row for row in cmp.rows}
+        predicted = rows["iteration"].predicted
+        median = statistics.median(_step_times(res, 1))
+        kinds = "".join(f"{rows[k].ratio:>7.2f}" if k in rows and rows[k].ratio else f"{'-':>7}" for k in "FBIW")
+        print(
+            f"{label:<11}{job.schedule.method:<12}{predicted * 1e3:>10.2f}"
+            f"{rows['iteration'].measured * 1e3:>9.2f}{median * 1e3:>9.2f}"
+            f"{median / predicted:>12.3f}{kinds}"
+        )
+    print("times in ms; F/B/I/W: measured/predicted mean action time")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--microbatches", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    steps = 10 if args.quick else args.steps
+    overhead_table(args.ranks, 2 * args.microbatches, steps, rounds=1 if args.quick else 3)
+    print()
+    models = [("gpt_small", {"microbatch_size": 4})]
+    if not args.quick:
+        models.append(("mlp", {"microbatch_size": 64, "width": 256}))
+    prediction_table(models, args.ranks, args.microbatches, steps)
+
+
+if __name__ == "__main__":
+    main()

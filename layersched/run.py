@@ -1,0 +1,190 @@
+"""Run a schedule file: ``torchrun --nproc-per-node N -m layersched.run schedule.json --model ...``.
+
+Under torchrun (``RANK`` in the environment) this process is one rank; otherwise it starts every
+rank on this machine itself (``python -m layersched.run schedule.json --model ...``). The schedule,
+the model and the world size are checked before any process group starts: a mismatch is one line
+on stderr and exit status 2. A failed or timed-out run exits with status 1.
+
+Example::
+
+    layersched solve problems/mlp-tiny.yaml --schedule 1f1b --out schedule.json
+    torchrun --nproc-per-node 2 -m layersched.run schedule.json --model examples/models.py:mlp \\
+        --model-arg depth=4 --steps 20 --trace run-trace.json
+    layersched compare schedule.json run-trace.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import replace
+
+EXIT_BAD_INPUT, EXIT_FAILED = 2, 1
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m layersched.run",
+        description="Train a model with a "
+        "schedule file's per-rank action lists on torch.distributed (gloo on CPUs, "
+        "NCCL on GPUs).",
+    )
+    p.add_argument("schedule", help="schedule file written by 'layersched solve'")
+    p.add_argument(
+        "--model",
+        required=True,
+        metavar="SPEC",
+        help="model builder, 'path/to/file.py:function' or 'module:function', e.g. examples/models.py:gpt_small",
+    )
+    p.add_argument("--steps", type=int, default=10, help="training steps (default 10)")
+    p.add_argument("--lr", type=float, default=0.01, help="SGD learning rate (default 0.01)")
+    p.add_argument("--momentum", type=float, default=0.9, help="SGD momentum (default 0.9)")
+    p.add_argument("--microbatch-size", type=int, metavar="N", help="passed to the model builder")
+    p.add_argument(
+        "--model-arg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="another keyword for the model builder, e.g. depth=4 (repeatable)",
+    )
+    p.add_argument(
+        "--trace",
+        metavar="FILE",
+        help="write the timed actions to FILE (ours, for "
+        "'layersched compare') and FILE with .chrome.json (for https://ui.perfetto.dev)",
+    )
+    p.add_argument(
+        "--runtime",
+        choices=["layersched", "torch"],
+        default="layersched",
+        help="executor: ours, or torch.distributed.pipelining's (whole steps timed only)",
+    )
+    p.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when available")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds before a stuck run fails (default 300)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads per process (default 1)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    from layersched.config import SpecError
+    from layersched.runtime.plan import PlanError
+
+    rank = int(os.environ.get("RANK", "0"))
+    try:
+        return _run(args)
+    except (SpecError, PlanError) as exc:
+        if rank == 0:
+            print(f"layersched.run: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except Exception as exc:
+        from layersched.runtime.launch import RunFailed
+
+        if not isinstance(exc, RunFailed):
+            raise
+        print(f"layersched.run: error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+def _run(args) -> int:
+    from layersched.export import load_schedule
+    from layersched.runtime.runner import RunConfig
+
+    doc = load_schedule(args.schedule)
+    options = _model_options(args)
+    cfg = RunConfig(
+        doc,
+        args.model,
+        steps=args.steps,
+        lr=args.lr,
+        momentum=args.momentum,
+        model_options=options,
+        runtime=args.runtime,
+    )
+    if "RANK" in os.environ:
+        results = _run_torchrun(cfg, args)
+        if results is None:
+            return 0
+    else:
+        from layersched.runtime.launch import launch_local
+
+        results = launch_local(
+            doc,
+            args.model,
+            steps=args.steps,
+            lr=args.lr,
+            momentum=args.momentum,
+            model_options=options,
+            runtime=args.runtime,
+            timeout=args.timeout,
+            device=args.device or "cpu",
+            threads=args.threads,
+        )
+    _report(doc, results, args)
+    return 0
+
+
+def _model_options(args) -> dict:
+    """``--model-arg KEY=VALUE`` (values read as Python literals, else kept as strings) and
+    ``--microbatch-size``."""
+    import ast
+
+    from layersched.config import SpecError
+
+    options = {}
+    for item in args.model_arg:
+        key, sep, value = item.partition("=")
+        if not sep or not key.isidentifier():
+            raise SpecError(f"--model-arg {item!r}: expected KEY=VALUE, e.g. depth=4")
+        try:
+            options[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            options[key] = value
+    if args.microbatch_size:
+        options["microbatch_size"] = args.microbatch_size
+    return options
+
+
+def _run_torchrun(cfg, args):
+    """This process's rank under torchrun; rank 0 gets every rank's result (without parameters)."""
+    import torch
+    import torch.distributed as dist
+
+    from layersched.runtime.launch import init_group, pick_device
+    from layersched.runtime.runner import prepare, run_rank
+
+    torch.set_num_threads(args.threads)
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    prep = prepare(cfg, world)
+    device, backend = pick_device(args.device, int(os.environ.get("LOCAL_RANK", "0")))
+    init_group(rank, world, device, backend, args.timeout)
+    try:
+        result = replace(run_rank(cfg, prep, rank, device), params={})
+        gathered = [None] * world if rank == 0 else None
+        dist.gather_object(result, gathered, dst=0)
+    finally:
+        dist.destroy_process_group()
+    return gathered
+
+
+def _report(doc, results, args) -> None:
+    steps = max(len(r.step_times) for r in results)
+    replicas = [r.losses for r in results if r.losses is not None]
+    print(
+        f"{doc.name}: {doc.method}, {doc.pipeline.num_ranks} pipeline ranks x {doc.pipeline.data_parallel} "
+        f"replicas, {doc.pipeline.num_microbatches} micro-batches, runtime {args.runtime}"
+    )
+    print(f"{'step':>5} {'loss':>12} {'time (ms)':>10}")
+    for k in range(steps):
+        loss = sum(r[k] for r in replicas) / len(replicas) if replicas else float("nan")
+        print(f"{k:>5} {loss:>12.6f} {max(r.step_times[k] for r in results) * 1e3:>10.2f}")
+    if args.trace:
+        from layersched.runtime.trace import trace_document, write_trace
+
+        ours, chrome = write_trace(args.trace, trace_document(doc, results, args.runtime), doc)
+        print(f"wrote {ours} and {chrome}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

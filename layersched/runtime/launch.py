@@ -1,0 +1,197 @@
+"""Start a run on this machine: one process per rank (torch.multiprocessing spawn), a private
+rendezvous on a free localhost port, and a timeout.
+
+The schedule, the model and the world size are checked in the launcher before any process starts.
+Every process group has a timeout, and the launcher watches its children: when one dies, the
+others are stopped and a `RunFailed` names the rank and its error; when the run outlives
+``timeout``, all are stopped and a `RunFailed` says so. A run never hangs.
+
+Example
+-------
+>>> from layersched.config import ProblemSpec
+>>> from layersched.export import schedule_file
+>>> from layersched.solve import solve_pipeline
+>>> from layersched.stages import pipeline_from_spec
+>>> spec = ProblemSpec.model_validate({"name": "t", "pipeline": {"stages": 2, "microbatches": 2,
+...     "forward": 1, "backward_input": 1, "backward_weight": 1}})
+>>> doc = schedule_file(solve_pipeline(pipeline_from_spec(spec), schedule="1f1b"))
+>>> results = launch_local(doc, "examples/models.py:mlp", steps=1)  # doctest: +SKIP
+>>> results[1].losses  # doctest: +SKIP
+[1.07...]
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from layersched.runtime.runner import Prepared, RankResult, RunConfig, prepare, run_rank
+
+
+class RunFailed(RuntimeError):
+    """A rank failed or the run timed out; the message names the rank and the cause."""
+
+
+def pick_device(device: str | None, local_rank: int) -> tuple[torch.device, str]:
+    """The device of a rank and its backend: ``cuda:<local_rank>`` with NCCL, or the CPU with gloo
+    (``device=None``: CUDA when available)."""
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda":
+        torch.cuda.set_device(local_rank)
+        return torch.device("cuda", local_rank), "nccl"
+    if device != "cpu":
+        raise ValueError(f"device {device!r}: use 'cpu' or 'cuda'")
+    return torch.device("cpu"), "gloo"
+
+
+def init_group(
+    rank: int, world_size: int, device: torch.device, backend: str, timeout: float, store: dist.Store | None = None
+) -> None:
+    """Start the default process group with a timeout (from the environment when ``store`` is
+    None, as under torchrun)."""
+    kwargs = {"device_id": device} if device.type == "cuda" else {}
+    dist.init_process_group(
+        backend, store=store, rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout), **kwargs
+    )
+
+
+def _worker(
+    rank: int,
+    fn: Callable,
+    args: tuple,
+    before: Callable | None,
+    world_size: int,
+    port: int,
+    out: str,
+    timeout: float,
+    device: str,
+    threads: int,
+) -> None:
+    torch.set_num_threads(threads)
+    state = before(world_size, *args) if before is not None else args
+    dev, backend = pick_device(device, rank)
+    store = dist.TCPStore("127.0.0.1", port, world_size, is_master=False, timeout=timedelta(seconds=timeout))
+    init_group(rank, world_size, dev, backend, timeout, store)
+    result = fn(rank, dev, state)
+    # only after success: on an error the connections close when this process has exited, so the
+    # launcher sees this rank fail before its peers fail for want of it
+    dist.destroy_process_group()
+    torch.save(result, Path(out) / f"rank{rank}.pt")
+
+
+def run_processes(
+    fn: Callable,
+    world_size: int,
+    args: tuple = (),
+    *,
+    before: Callable | None = None,
+    timeout: float = 120.0,
+    device: str = "cpu",
+    threads: int = 1,
+) -> list:
+    """Call ``fn(rank, device, state)`` in ``world_size`` spawned processes joined in a process group,
+    where ``state = before(world_size, *args)`` (run before the group starts; ``args`` without
+    ``before``); the results in rank order. `RunFailed` when a rank fails or ``timeout`` passes."""
+    store = dist.TCPStore(
+        "127.0.0.1", 0, world_size, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=timeout)
+    )
+    with tempfile.TemporaryDirectory(prefix="layersched-run-") as out:
+        worker_args = (fn, args, before, world_size, store.port, out, timeout, device, threads)
+        ctx = mp.start_processes(_worker, nprocs=world_size, join=False, start_method="spawn", args=worker_args)
+        deadline = time.monotonic() + timeout
+        try:
+            while not ctx.join(timeout=0.1):
+                if time.monotonic() > deadline:
+                    _stop(ctx)
+                    raise RunFailed(
+                        f"the run did not finish within {timeout:g} s; all {world_size} ranks "
+                        "were stopped (a rank waits for a message that never comes, or the run "
+                        "is slower than the timeout)"
+                    )
+        except mp.ProcessRaisedException as exc:
+            last = str(exc).strip().splitlines()[-1]
+            raise RunFailed(f"rank {exc.error_index} failed: {last}") from exc
+        except mp.ProcessExitedException as exc:
+            raise RunFailed(
+                f"rank {exc.error_index} died (exit code {exc.exit_code}"
+                f"{', signal ' + exc.signal_name if exc.signal_name else ''}); "
+                "the other ranks were stopped"
+            ) from exc
+        return [torch.load(Path(out) / f"rank{r}.pt", weights_only=False) for r in range(world_size)]
+
+
+def _prepare_jobs(world_size: int, jobs: list[RunConfig]) -> list[tuple[RunConfig, Prepared]]:
+    return [(job, prepare(job, world_size)) for job in jobs]
+
+
+def _run_jobs(rank: int, device: torch.device, prepared: list[tuple[RunConfig, Prepared]]) -> list[RankResult]:
+    return [run_rank(job, prep, rank, device) for job, prep in prepared]
+
+
+def launch_jobs(
+    jobs: list[RunConfig], *, timeout: float = 120.0, device: str = "cpu", threads: int = 1
+) -> list[list[RankResult]]:
+    """Run several jobs one after another in one set of processes (they must need the same world
+    size); per job, the result of every rank in rank order."""
+    world = jobs[0].world_size
+    for job in jobs:
+        if job.world_size != world:
+            raise ValueError(f"jobs need {world} and {job.world_size} processes; launch them separately")
+        prepare(job, world)  # every static check, before any process starts
+    results = run_processes(
+        _run_jobs, world, (jobs,), before=_prepare_jobs, timeout=timeout, device=device, threads=threads
+    )
+    return [[results[r][j] for r in range(world)] for j in range(len(jobs))]
+
+
+def _stop(ctx) -> None:
+    for p in ctx.processes:
+        if p.is_alive():
+            p.terminate()
+    for p in ctx.processes:
+        p.join(2)
+        if p.is_alive():
+            p.kill()
+            p.join()
+
+
+def launch_local(
+    schedule,
+    model: str,
+    world_size: int | None = None,
+    *,
+    steps: int = 1,
+    lr: float = 0.01,
+    momentum: float = 0.9,
+    model_options: dict | None = None,
+    runtime: str = "layersched",
+    trace: str | Path | None = None,
+    timeout: float = 120.0,
+    device: str = "cpu",
+    threads: int = 1,
+) -> list[RankResult]:
+    """Run ``schedule`` (a `ScheduleFile` or its path) on ``model`` in local processes; the result
+    of every rank. With ``trace``, write the trace files there (see `layersched.runtime.trace`)."""
+    if not hasattr(schedule, "pipeline"):
+        from layersched.export import load_schedule
+
+        schedule = load_schedule(schedule)
+    cfg = RunConfig(
+        schedule, model, steps=steps, lr=lr, momentum=momentum, model_options=model_options or {}, runtime=runtime
+    )  # type: ignore[arg-type]
+    if world_size is not None and world_size != cfg.world_size:
+        prepare(cfg, world_size)  # raises the one-line mismatch error
+    results = launch_jobs([cfg], timeout=timeout, device=device, threads=threads)[0]
+    if trace is not None:
+        from layersched.runtime.trace import trace_document, write_trace
+
+        write_trace(trace, trace_document(schedule, results, runtime), schedule)
+    return results

@@ -1,0 +1,466 @@
+"""One rank of a run: build its stages, execute its action list, time every action.
+
+A stage is a chain of the model's layers. Each layer runs on a detached copy of its input, so the
+backward splits cleanly: ``I`` computes, layer by layer from the last, the gradient of each layer's
+input (``torch.autograd.backward(..., inputs=[input], retain_graph=True)``) and sends the stage's
+input gradient on; ``W`` then computes each layer's weight gradients from the retained graph and
+the saved output gradients; ``B`` does both in one pass. The profiler times layers the same way.
+
+Transfers follow the `layersched.runtime.plan.Plan`: receives are posted early (``irecv``), sends
+are ``isend`` right after their action, stages on one rank hand tensors over without
+communication. With data parallelism (world = pipeline ranks x replicas, global rank
+``replica * num_ranks + pipeline_rank``), each stage's gradients are all-reduced asynchronously
+after its last backward and averaged before its optimizer step (SGD with momentum).
+
+Example
+-------
+>>> from layersched.runtime.runner import train_reference
+>>> params, losses = train_reference("examples/models.py:mlp", num_microbatches=2, steps=1)
+>>> sorted(params)[:2], len(losses)
+(['fc0.0.bias', 'fc0.0.weight'], 1)
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from layersched.runtime.plan import Plan, PlanError, Step, assign_layers, plan_schedule
+from layersched.runtime.workload import Workload, load_workload
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """What to run: a schedule (a `layersched.export.ScheduleFile`), a model builder and training
+    settings. ``runtime`` picks the executor: ours, or torch.distributed.pipelining's."""
+
+    schedule: object
+    model: str
+    steps: int = 1
+    lr: float = 0.01
+    momentum: float = 0.9
+    model_options: dict = field(default_factory=dict)
+    runtime: Literal["layersched", "torch"] = "layersched"
+    trace: bool = True
+
+    @property
+    def world_size(self) -> int:
+        p = self.schedule.pipeline
+        return p.num_ranks * p.data_parallel
+
+
+@dataclass
+class RankResult:
+    """What one rank reports: the losses of its replica (on the rank of the last stage), its
+    parameters after the run, its timed events and the start of every step (seconds since the run
+    began)."""
+
+    rank: int
+    pipeline_rank: int
+    replica: int
+    losses: list[float] | None
+    params: dict[str, torch.Tensor]
+    events: list[dict]
+    step_starts: list[float]
+    step_times: list[float]
+
+
+@dataclass
+class Prepared:
+    """A run checked before any process group starts."""
+
+    plan: Plan
+    workload: Workload
+    stage_layers: list[list[str]]
+
+
+def prepare(cfg: RunConfig, world_size: int) -> Prepared:
+    """Check the schedule, the model and the world size together; `PlanError` with one clear line
+    on any mismatch."""
+    doc = cfg.schedule
+    plan = plan_schedule(doc)
+    p = doc.pipeline
+    if world_size != cfg.world_size:
+        raise PlanError(
+            f"{world_size} processes, but the schedule needs {p.num_ranks} pipeline ranks x "
+            f"{p.data_parallel} data-parallel replicas = {cfg.world_size}; "
+            f"start {cfg.world_size}"
+        )
+    workload = load_workload(cfg.model, **cfg.model_options)
+    return Prepared(plan, workload, assign_layers(p.num_stages, p.stage_layers, workload.layer_names))
+
+
+def param_name(layer: str, name: str) -> str:
+    return f"{layer}.{name}"
+
+
+def train_reference(
+    model: str,
+    num_microbatches: int,
+    steps: int = 1,
+    lr: float = 0.01,
+    momentum: float = 0.9,
+    model_options: dict | None = None,
+) -> tuple[dict[str, torch.Tensor], list[float]]:
+    """Train ``model`` in one process on the same micro-batches a run uses (all replicas'),
+    with the loss averaged over them and ``torch.optim.SGD``: the parameters and per-step losses a
+    run must reproduce."""
+    w = load_workload(model, **(model_options or {}))
+    net = nn.Sequential(*(m for _, m in w.layers))
+    opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=momentum)
+    losses = []
+    for step in range(steps):
+        opt.zero_grad(set_to_none=True)
+        total = 0.0
+        for x, y in w.batches(step, num_microbatches):
+            loss = w.loss_fn(net(x), y) / num_microbatches
+            loss.backward()
+            total += loss.item()
+        opt.step()
+        losses.append(total)
+    params = {param_name(n, k): v.detach().clone() for n, m in w.layers for k, v in m.named_parameters()}
+    return params, losses
+
+
+class SGD:
+    """SGD with momentum, as ``torch.optim.SGD(params, lr, momentum)`` computes it (no dampening,
+    Nesterov or weight decay). Its own few lines, because constructing a ``torch.optim`` optimizer
+    imports torch._dynamo, two seconds in every process."""
+
+    def __init__(self, params: list[torch.Tensor], lr: float, momentum: float):
+        self.params, self.lr, self.momentum = list(params), lr, momentum
+        self.buffers: list[torch.Tensor | None] = [None] * len(self.params)
+
+    @torch.no_grad()
+    def step(self) -> None:
+        live = [i for i, p in enumerate(self.params) if p.grad is not None]
+        params, grads = [self.params[i] for i in live], [self.params[i].grad for i in live]
+        if self.momentum:
+            fresh = {i for i in live if self.buffers[i] is None}
+            for i in fresh:
+                self.buffers[i] = self.params[i].grad.clone()
+            old = [self.buffers[i] for i in live if i not in fresh]
+            if old:
+                torch._foreach_mul_(old, self.momentum)
+                torch._foreach_add_(old, [self.params[i].grad for i in live if i not in fresh])
+            grads = [self.buffers[i] for i in live]
+        if params:
+            torch._foreach_add_(params, grads, alpha=-self.lr)
+
+
+class Stage:
+    """A stage's layers and, per micro-batch in flight, each layer's input and output (graph
+    attached) and, after ``I``, each layer's output gradient."""
+
+    def __init__(self, index: int, layers: list[tuple[str, nn.Module]], is_first: bool, is_last: bool):
+        self.index, self.layers = index, layers
+        self.is_first, self.is_last = is_first, is_last
+        self.params = [[p for p in m.parameters() if p.requires_grad] for _, m in layers]
+        self.cells: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}
+        self.out_grads: dict[int, list[torch.Tensor | None]] = {}
+
+    def parameters(self) -> list[torch.Tensor]:
+        return [p for ps in self.params for p in ps]
+
+    def forward(self, mb: int, x: torch.Tensor, loss_fn=None, target=None, scale: float = 1.0) -> torch.Tensor:
+        """Run the layers on ``x``; on the last stage return the scaled loss, else the output
+        (detached, for the next stage)."""
+        cells = []
+        for _, layer in self.layers:
+            out = layer(x)
+            cells.append((x, out))
+            x = out.detach().requires_grad_(out.requires_grad)
+        if self.is_last:
+            x, out = cells[-1]
+            cells[-1] = (x, loss_fn(out, target) * scale)
+        self.cells[mb] = cells
+        return cells[-1][1].detach() if self.is_last else x.detach()
+
+    def backward(self, mb: int, grad: torch.Tensor | None, weights: bool) -> torch.Tensor | None:
+        """Gradients from the output gradient ``grad`` (None on the last stage): of each layer's
+        input, and of the weights too when ``weights`` (a fused ``B``); returns the stage's input
+        gradient (None on the first stage). Without ``weights`` the graph is kept for `weight`."""
+        cells = self.cells[mb]
+        out_grads: list[torch.Tensor | None] = [None] * len(cells)
+        for j in range(len(cells) - 1, -1, -1):
+            x, out = cells[j]
+            out_grads[j] = grad
+            wrt = ([x] if x.requires_grad else []) + (self.params[j] if weights else [])
+            if wrt and out.requires_grad:
+                torch.autograd.backward(out, grad, inputs=wrt, retain_graph=not weights)
+            grad = x.grad if x.requires_grad else None
+            if grad is None:
+                break
+        if weights:
+            del self.cells[mb]
+        else:
+            self.out_grads[mb] = out_grads
+        return None if self.is_first else grad
+
+    def weight(self, mb: int) -> None:
+        """Weight gradients of micro-batch ``mb`` from the graph and output gradients kept by ``I``."""
+        cells, grads = self.cells.pop(mb), self.out_grads.pop(mb)
+        for (_, out), g, params in zip(cells, grads, self.params, strict=True):
+            if params and out.requires_grad:
+                torch.autograd.backward(out, g, inputs=params)
+
+
+class Timer:
+    """Times actions: ``time.perf_counter`` on the CPU, CUDA events on a GPU (read at step end)."""
+
+    def __init__(self, device: torch.device, enabled: bool = True):
+        self.cuda, self.enabled = device.type == "cuda", enabled
+        self.events: list[dict] = []
+        self._pending: list[tuple[str, int, bool, object, object]] = []
+        self._origin: object = None
+
+    def start_step(self) -> None:
+        if self.cuda:
+            self._origin = torch.cuda.Event(enable_timing=True)
+            self._origin.record()
+        else:
+            self._origin = time.perf_counter()
+
+    @contextmanager
+    def span(self, action: str, step: int, wait: bool = False) -> Iterator[None]:
+        if not self.enabled or (wait and self.cuda):  # on a GPU a wait does not block the host
+            yield
+            return
+        if self.cuda:
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            yield
+            b.record()
+            self._pending.append((action, step, wait, a, b))
+        else:
+            t = time.perf_counter()
+            yield
+            end = time.perf_counter()
+            self._add(action, step, wait, t - self._origin, end - t)
+
+    def end_step(self) -> None:
+        if self.cuda and self._pending:
+            torch.cuda.synchronize()
+            for action, step, wait, a, b in self._pending:
+                self._add(action, step, wait, self._origin.elapsed_time(a) / 1e3, a.elapsed_time(b) / 1e3)
+            self._pending.clear()
+
+    def _add(self, action: str, step: int, wait: bool, start: float, duration: float) -> None:
+        event = {"action": action, "step": step, "start": start, "duration": duration}
+        if wait:
+            event["wait"] = True
+        self.events.append(event)
+
+
+def replica_groups(num_ranks: int, data_parallel: int) -> list:
+    """One process group per pipeline rank over its replicas (every process creates all of them,
+    in the same order, as torch requires); empty without data parallelism."""
+    if data_parallel == 1:
+        return []
+    return [dist.new_group([d * num_ranks + r for d in range(data_parallel)]) for r in range(num_ranks)]
+
+
+def pair_groups(plan: Plan, data_parallel: int) -> dict[tuple[int, int], object]:
+    """One process group per pair of global ranks that exchange tensors, created by every process
+    in the same order. Each pair's transfers then have a communicator and (with NCCL) a stream of
+    their own, in which the plan's pair order holds; NCCL communicators are created here, eagerly,
+    rather than by a first receive that would block its rank."""
+    R = plan.num_ranks
+    pairs = sorted(
+        {(d * R + min(t.src, t.dst), d * R + max(t.src, t.dst)) for t in plan.transfers for d in range(data_parallel)}
+    )
+    return {pair: dist.new_group(list(pair)) for pair in pairs}
+
+
+class Executor:
+    """Runs one rank's steps of a `Plan` for several training steps."""
+
+    def __init__(self, cfg: RunConfig, prep: Prepared, rank: int, device: torch.device):
+        doc, plan = cfg.schedule, prep.plan
+        self.cfg, self.plan, self.device = cfg, plan, device
+        self.R, self.D = plan.num_ranks, doc.pipeline.data_parallel
+        self.rank, self.pr, self.replica = rank, rank % self.R, rank // self.R
+        self.M, self.S = plan.num_microbatches, plan.num_stages
+        self.workload = prep.workload
+        self.steps = plan.ranks[self.pr].steps
+        modules = dict(prep.workload.layers)
+        mine = set(plan.ranks[self.pr].stages)
+        self.stages: dict[int, Stage] = {}
+        meta: list[nn.Module] = []
+        for s, names in enumerate(prep.stage_layers):
+            for name in names:
+                if s in mine:
+                    meta.append(copy.deepcopy(modules[name]).to("meta"))
+                    modules[name].to(device)
+                else:  # another rank's layer: only its shapes matter here
+                    meta.append(modules[name].to("meta"))
+        self.meta_stages = _split(meta, [len(n) for n in prep.stage_layers])
+        for s in sorted(mine):
+            layers = [(n, modules[n]) for n in prep.stage_layers[s]]
+            self.stages[s] = Stage(s, layers, s == 0, s == self.S - 1)
+        self.optimizers = {
+            s: SGD(st.parameters(), lr=cfg.lr, momentum=cfg.momentum)
+            for s, st in self.stages.items()
+            if st.parameters()
+        }
+        self.group = replica_groups(self.R, self.D)[self.pr] if self.D > 1 else None
+        self.pairs = pair_groups(plan, self.D)
+        self._shapes: dict[tuple, list[tuple[torch.Size, torch.dtype]]] = {}
+        self.timer = Timer(device, cfg.trace)
+
+    def boundary_specs(self, x: torch.Tensor) -> list[tuple[torch.Size, torch.dtype]]:
+        """Shape and dtype of every stage's output for a micro-batch input like ``x`` (a forward
+        on the meta device, once per input shape)."""
+        key = (tuple(x.shape), x.dtype)
+        if key not in self._shapes:
+            h, specs = x.to("meta"), []
+            with torch.no_grad():
+                for layers in self.meta_stages:
+                    for layer in layers:
+                        h = layer(h)
+                    specs.append((h.shape, h.dtype))
+            self._shapes[key] = specs
+        return self._shapes[key]
+
+    def run(self) -> RankResult:
+        losses: list[float] = []
+        starts, times = [], []
+        if self.cfg.trace:
+            dist.barrier()
+        t_run = time.perf_counter()
+        for step in range(self.cfg.steps):
+            mbs = [
+                (x.to(self.device), y.to(self.device))
+                for x, y in self.workload.batches(step, self.M * self.D)[
+                    self.replica * self.M : (self.replica + 1) * self.M
+                ]
+            ]
+            specs = [self.boundary_specs(x) for x, _ in mbs]
+            if self.cfg.trace:
+                dist.barrier()
+            starts.append(time.perf_counter() - t_run)
+            t = time.perf_counter()
+            losses.append(self.train_step(step, mbs, specs))
+            times.append(time.perf_counter() - t)
+        last = self.S - 1 in self.stages
+        params = {
+            param_name(n, k): v.detach().cpu().clone()
+            for st in self.stages.values()
+            for n, m in st.layers
+            for k, v in m.named_parameters()
+        }
+        return RankResult(
+            self.rank, self.pr, self.replica, losses if last else None, params, self.timer.events, starts, times
+        )
+
+    def _global(self, pipeline_rank: int) -> int:
+        return self.replica * self.R + pipeline_rank
+
+    def _pair(self, peer: int):
+        return self.pairs[(min(self.rank, peer), max(self.rank, peer))]
+
+    def train_step(self, step: int, mbs: list[tuple[torch.Tensor, torch.Tensor]], specs: list) -> float:
+        """One iteration on this replica's micro-batches ``mbs``, whose stage outputs have the
+        shapes ``specs``; returns the replica's loss (on the last stage's rank)."""
+        for st in self.stages.values():
+            for p in st.parameters():
+                p.grad = None
+        timer = self.timer
+        timer.start_step()
+        received: dict[int, tuple[object, torch.Tensor]] = {}
+        local: dict[tuple[str, int, int], torch.Tensor] = {}
+        sends: list[tuple[object, torch.Tensor]] = []
+        reduces: dict[int, tuple[object, torch.Tensor]] = {}
+        loss_total = torch.zeros((), dtype=torch.float64, device=self.device)
+        for st in self.steps:
+            for t in st.post:
+                shape, dtype = specs[t.microbatch][t.boundary]
+                buf = torch.empty(shape, dtype=dtype, device=self.device)
+                src = self._global(t.src)
+                received[t.tag] = (dist.irecv(buf, src=src, group=self._pair(src), tag=t.tag), buf)
+            data = None
+            if st.wait is not None:
+                work, data = received.pop(st.wait.tag)
+                with timer.span(st.action, step, wait=True):
+                    work.wait()
+            with timer.span(st.action, step):
+                out = self._compute(st, data, local, mbs)
+                if st.kind == "F" and self.stages[st.stage].is_last:
+                    loss_total += out
+            if st.send is not None:
+                out = out.contiguous()
+                dst = self._global(st.send.dst)
+                sends.append((dist.isend(out, dst=dst, group=self._pair(dst), tag=st.send.tag), out))
+            if st.reduce and self.group is not None and st.stage in self.optimizers:
+                reduces[st.stage] = self._start_reduce(st.stage)
+        for s in sorted(self.optimizers):
+            if s in reduces:
+                with timer.span(f"{s}R", step, wait=True):
+                    self._finish_reduce(s, *reduces[s])
+            with timer.span(f"{s}U", step):
+                self.optimizers[s].step()
+        for work, _ in sends:
+            work.wait()
+        timer.end_step()
+        return float(loss_total)
+
+    def _compute(self, st: Step, data: torch.Tensor | None, local: dict, mbs: list) -> torch.Tensor | None:
+        """Run one action; its input comes from ``data`` (received), the batch or a stage on this
+        rank; its output goes to the next stage on this rank or is returned for sending."""
+        stage, s, mb = self.stages[st.stage], st.stage, st.microbatch
+        if st.kind == "F":
+            if s == 0:
+                x = mbs[mb][0]
+            else:
+                x = (data if data is not None else local.pop(("act", s - 1, mb))).requires_grad_()
+            out = stage.forward(mb, x, self.workload.loss_fn, mbs[mb][1], 1.0 / self.M)
+            if not stage.is_last and st.send is None:
+                local[("act", s, mb)] = out
+            return out
+        if st.kind == "W":
+            stage.weight(mb)
+            return None
+        grad = None if stage.is_last else (data if data is not None else local.pop(("grad", s, mb)))
+        out = stage.backward(mb, grad, weights=st.kind == "B")
+        if out is not None and st.send is None:
+            local[("grad", s - 1, mb)] = out
+        return out
+
+    def _start_reduce(self, s: int) -> tuple[object, torch.Tensor]:
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.stages[s].parameters()]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        return dist.all_reduce(flat, group=self.group, async_op=True), flat
+
+    def _finish_reduce(self, s: int, work, flat: torch.Tensor) -> None:
+        work.wait()
+        flat /= self.D
+        k = 0
+        for p in self.stages[s].parameters():
+            n = p.numel()
+            p.grad = flat[k : k + n].view_as(p).clone()
+            k += n
+
+
+def _split(items: list, sizes: list[int]) -> list[list]:
+    out, k = [], 0
+    for n in sizes:
+        out.append(items[k : k + n])
+        k += n
+    return out
+
+
+def run_rank(cfg: RunConfig, prep: Prepared, rank: int, device: torch.device) -> RankResult:
+    """Run ``cfg`` as global ``rank`` in an initialised default process group."""
+    if cfg.runtime == "torch":
+        from layersched.runtime.torch_runtime import run_torch_rank
+
+        return run_torch_rank(cfg, prep, rank, device)
+    return Executor(cfg, prep, rank, device).run()

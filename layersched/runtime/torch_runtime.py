@@ -1,0 +1,113 @@
+"""The same schedule through torch's own runtime: a second executor to check ours against.
+
+Each rank wraps its stages' layers in ``torch.distributed.pipelining.PipelineStage`` objects and
+loads the schedule's compute-only CSV (`layersched.export.to_torch_csv`) into
+``_PipelineScheduleRuntime``, which adds the sends and receives itself. Data-parallel replicas each
+run their own pipeline group; their gradients are averaged after the step, then the same SGD as
+ours is applied. Only whole steps are timed.
+
+Torch's runtime accepts a subset of what ours runs (it infers the stage placement from the CSV and
+supports neighbouring stages only); `torch_supports` says whether a schedule is in it.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from layersched.runtime.runner import (
+    SGD,
+    Prepared,
+    RankResult,
+    RunConfig,
+    param_name,
+    replica_groups,
+)
+
+
+def torch_supports(schedule) -> str | None:
+    """Why torch's runtime cannot run ``schedule`` (a `ScheduleFile`), or None when it can: it
+    loads the CSV and checks it as torch would, without starting processes."""
+    from torch.distributed.pipelining.schedules import _Action, _validate_schedule
+
+    p = schedule.pipeline
+    actions = {r: [_Action.from_str(a) for a in acts] for r, acts in enumerate(schedule.actions)}
+    try:
+        mapping = _validate_schedule(actions, p.num_ranks, p.num_stages, p.num_microbatches)
+    except (AssertionError, RuntimeError, ValueError) as exc:
+        return f"torch rejects the action lists: {str(exc).splitlines()[0]}"
+    if [mapping[s] for s in range(p.num_stages)] != list(p.stage_to_rank):
+        return "torch infers a different stage placement from the action lists"
+    return None
+
+
+def run_torch_rank(cfg: RunConfig, prep: Prepared, rank: int, device: torch.device) -> RankResult:
+    """Run ``cfg`` as global ``rank`` with torch.distributed.pipelining's runtime."""
+    from torch.distributed.pipelining import PipelineStage
+    from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime
+
+    from layersched.export import to_torch_csv
+
+    doc, plan = cfg.schedule, prep.plan
+    R, D, M, S = plan.num_ranks, doc.pipeline.data_parallel, plan.num_microbatches, plan.num_stages
+    pr, replica = rank % R, rank // R
+    # every process creates every group, in the same order
+    pipe_groups = [dist.new_group([d * R + r for r in range(R)]) for d in range(D)] if D > 1 else [None]
+    dp_group = replica_groups(R, D)[pr] if D > 1 else None
+    modules = dict(prep.workload.layers)
+    mine = plan.ranks[pr].stages
+    submods = {s: nn.Sequential(*(modules[n] for n in prep.stage_layers[s])).to(device) for s in mine}
+    stages = [PipelineStage(submods[s], s, S, device, group=pipe_groups[replica]) for s in mine]
+    schedule = _PipelineScheduleRuntime(stages, n_microbatches=M, loss_fn=prep.workload.loss_fn, scale_grads=True)
+    with tempfile.TemporaryDirectory(prefix="layersched-csv-") as tmp:
+        path = Path(tmp) / "schedule.csv"
+        path.write_text(to_torch_csv(doc))
+        schedule._load_csv(str(path))
+    params = {s: [p for p in submods[s].parameters() if p.requires_grad] for s in mine}
+    optimizers = {s: SGD(ps, lr=cfg.lr, momentum=cfg.momentum) for s, ps in params.items() if ps}
+    losses_out, starts, times = [], [], []
+    t_run = time.perf_counter()
+    for step in range(cfg.steps):
+        for ps in params.values():
+            for p in ps:
+                p.grad = None
+        mbs = prep.workload.batches(step, M * D)[replica * M : (replica + 1) * M]
+        x = torch.cat([a for a, _ in mbs]).to(device)
+        y = torch.cat([b for _, b in mbs]).to(device)
+        losses: list[torch.Tensor] = []
+        dist.barrier()
+        starts.append(time.perf_counter() - t_run)
+        t = time.perf_counter()
+        schedule.step(
+            *((x,) if 0 in mine else ()), target=y if S - 1 in mine else None, losses=losses, return_outputs=False
+        )
+        for s in sorted(optimizers):
+            if dp_group is not None:
+                flat = torch.cat(
+                    [(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params[s]]
+                )
+                dist.all_reduce(flat, group=dp_group)
+                flat /= D
+                k = 0
+                for p in params[s]:
+                    p.grad = flat[k : k + p.numel()].view_as(p).clone()
+                    k += p.numel()
+            optimizers[s].step()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t)
+        if losses:
+            losses_out.append(float(torch.stack([v.detach().double() for v in losses]).mean()))
+    result_params = {
+        param_name(n, k): v.detach().cpu().clone()
+        for s in mine
+        for n in prep.stage_layers[s]
+        for k, v in modules[n].named_parameters()
+    }
+    events = [{"action": "step", "step": k, "start": 0.0, "duration": d} for k, d in enumerate(times)]
+    return RankResult(rank, pr, replica, losses_out if S - 1 in mine else None, result_params, events, starts, times)

@@ -1,0 +1,107 @@
+"""What a run trains: a model builder named ``path/to/file.py:function`` or ``module:function``.
+
+The builder takes keyword options (at least ``microbatch_size``) and returns an object with
+
+- ``layers``: an ``nn.Sequential`` (its children's names are the layer names), a dict or list of
+  ``(name, module)`` pairs, or a plain list of modules (named ``"0"``, ``"1"``, ...); the names are
+  those of the model description and of a schedule's ``stage_layers``;
+- ``loss_fn(output, target) -> scalar``: the loss of one micro-batch (a mean over its samples);
+- ``batches(step, num_microbatches) -> [(input, target), ...]``: the micro-batches of a step,
+  the same on every call and every process (seeded by ``step``).
+
+The builder must give the same initial weights on every call (seed its own generator): each rank
+builds the model and keeps its stages. Each layer takes one tensor and returns one tensor.
+
+Example
+-------
+>>> w = load_workload("examples/models.py:mlp", microbatch_size=2)
+>>> [name for name, _ in w.layers][:3], len(w.batches(0, 4))
+(['fc0', 'fc1', 'fc2'], 4)
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from layersched.runtime.plan import PlanError
+
+
+@dataclass
+class Workload:
+    """A model as named layers, a loss and reproducible micro-batches."""
+
+    layers: list[tuple[str, nn.Module]]
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    batches: Callable[[int, int], list[tuple[torch.Tensor, torch.Tensor]]]
+    name: str = "model"
+
+    @property
+    def layer_names(self) -> list[str]:
+        return [name for name, _ in self.layers]
+
+
+def named_layers(layers) -> list[tuple[str, nn.Module]]:
+    """``layers`` as ``(name, module)`` pairs: from an ``nn.Sequential``, a dict, a list of pairs or
+    a list of modules."""
+    if isinstance(layers, nn.Sequential | nn.ModuleDict | dict):
+        items = list(layers.named_children() if isinstance(layers, nn.Module) else layers.items())
+    else:
+        items = [(str(i), x) if isinstance(x, nn.Module) else tuple(x) for i, x in enumerate(layers)]
+    for name, module in items:
+        if not isinstance(module, nn.Module):
+            raise PlanError(f"layer {name!r} is a {type(module).__name__}, not a torch.nn.Module")
+    return [(str(name), module) for name, module in items]
+
+
+def resolve(spec: str) -> Callable:
+    """The function named by ``path/to/file.py:function`` or ``package.module:function``."""
+    target, sep, func = spec.rpartition(":")
+    if not sep or not target or not func:
+        raise PlanError(f"model {spec!r}: expected 'path/to/file.py:function' or 'module:function'")
+    if target.endswith(".py"):
+        path = Path(target).resolve()
+        if not path.exists():
+            raise PlanError(f"model {spec!r}: file {target} not found")
+        name = f"_layersched_model_{abs(hash(str(path)))}"
+        module = sys.modules.get(name)
+        if module is None:
+            loader = importlib.util.spec_from_file_location(name, path)
+            assert loader is not None and loader.loader is not None
+            module = importlib.util.module_from_spec(loader)
+            sys.modules[name] = module
+            loader.loader.exec_module(module)
+    else:
+        try:
+            module = importlib.import_module(target)
+        except ImportError as exc:
+            raise PlanError(f"model {spec!r}: cannot import {target} ({exc})") from None
+    fn = getattr(module, func, None)
+    if not callable(fn):
+        raise PlanError(f"model {spec!r}: {target} has no function {func!r}")
+    return fn
+
+
+def load_workload(spec: str | Callable, **options) -> Workload:
+    """Build the workload ``spec`` names (or a builder function), passing only the ``options``
+    the builder accepts; `PlanError` when it does not return what a run needs."""
+    builder = resolve(spec) if isinstance(spec, str) else spec
+    params = inspect.signature(builder).parameters
+    takes_all = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    built = builder(**{k: v for k, v in options.items() if v is not None and (takes_all or k in params)})
+    label = spec if isinstance(spec, str) else getattr(spec, "__name__", "model")
+    missing = [a for a in ("layers", "loss_fn", "batches") if not hasattr(built, a)]
+    if missing:
+        raise PlanError(
+            f"model {label}: the builder's result has no {', '.join(missing)}; return an object "
+            "with layers, loss_fn and batches(step, num_microbatches)"
+        )
+    return Workload(named_layers(built.layers), built.loss_fn, built.batches, getattr(built, "name", str(label)))

@@ -1,0 +1,50 @@
+"""Model builders for the runner's failure tests: the MLP of examples/models.py with one layer that
+breaks when it runs (only the rank holding that layer runs it)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from torch import nn
+
+from layersched.runtime.workload import resolve
+
+mlp = resolve(f"{Path(__file__).resolve().parents[2] / 'examples' / 'models.py'}:mlp")
+
+
+class Breaks(nn.Module):
+    """Runs ``layer``, but on the forward of the micro-batch numbered ``after`` does ``how``."""
+
+    def __init__(self, layer: nn.Module, how: str, after: int = 1):
+        super().__init__()
+        self.layer, self.how, self.after, self.calls = layer, how, after, 0
+
+    def forward(self, x):
+        self.calls += 1
+        if self.calls > self.after:
+            if self.how == "exit":
+                os._exit(3)
+            if self.how == "raise":
+                raise RuntimeError("layer fc6 broke")
+            time.sleep(3600)
+        return self.layer(x)
+
+
+def _broken(how: str, microbatch_size: int = 8):
+    w = mlp(microbatch_size=microbatch_size)
+    w.layers = [(n, Breaks(m, how) if n == "fc6" else m) for n, m in w.layers]
+    return w
+
+
+def exits(microbatch_size: int = 8):
+    return _broken("exit", microbatch_size)
+
+
+def raises(microbatch_size: int = 8):
+    return _broken("raise", microbatch_size)
+
+
+def hangs(microbatch_size: int = 8):
+    return _broken("hang", microbatch_size)

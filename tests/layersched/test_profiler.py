@@ -1,0 +1,106 @@
+"""The profiler: per-layer figures that match the layers' shapes, a problem file that loads, and
+the whole path profile -> problem file -> solve -> run -> compare."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from layersched.cli import main  # noqa: E402
+from layersched.config import LayerSpec, load_problem  # noqa: E402
+from layersched.export import load_schedule  # noqa: E402
+from layersched.runtime.launch import launch_local  # noqa: E402
+from layersched.runtime.profiler import problem_from_profile, profile, write_problem  # noqa: E402
+from layersched.runtime.runner import train_reference  # noqa: E402
+from layersched.runtime.trace import compare  # noqa: E402
+from layersched.stages import pipeline_from_spec  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+MLP = f"{ROOT / 'examples' / 'models.py'}:mlp"
+GPT = f"{ROOT / 'examples' / 'models.py'}:gpt_small"
+LINK = {"bandwidth": 1e9, "latency": 1e-4}
+
+
+def test_mlp_figures_follow_from_its_shapes():
+    prof = profile(MLP, microbatch=8, repeat=3, link=LINK)
+    layers = prof["layers"]
+    assert [x["name"] for x in layers] == [f"fc{i}" for i in range(8)]
+    f64, mb, width = 8, 8, 32
+    act = mb * width * f64
+    for i, x in enumerate(layers):
+        LayerSpec(**x)  # every entry is a valid layer description
+        assert x["param_bytes"] == (width * width + width) * f64
+        assert x["output_bytes"] == act
+        assert x["kept_for_weight_grad"] == act  # the linear map's input, for its weight gradient
+        # the linear map saves its input, the ReLU its output; the last layer's loss saves more
+        assert x["activation_bytes"] == 2 * act if i < 7 else x["activation_bytes"] > act
+        assert x["forward"] > 0 and x["backward_weight"] > 0
+        assert (x["backward_input"] > 0) == (i > 0)  # the first layer's input is data
+    assert prof["link"] == LINK and prof["dtype"] == "float64" and prof["device"]["peak_flops"] > 0
+
+
+def test_gpt_problem_file_loads_and_splits(tmp_path):
+    prof = profile(GPT, microbatch=2, repeat=2, link=None)
+    spec = problem_from_profile(prof, microbatches=4, pipeline=3, schedule="1f1b-split")
+    write_problem(spec, tmp_path / "gpt.yaml")
+    loaded = load_problem(tmp_path / "gpt.yaml")
+    assert loaded == spec
+    pipe = pipeline_from_spec(loaded)
+    assert [n for names in pipe.stage_layers for n in names] == [
+        "embed",
+        "block0",
+        "block1",
+        "block2",
+        "block3",
+        "head",
+    ]
+    blocks = [x for x in prof["layers"] if x["name"].startswith("block")]
+    assert all(0 < x["kept_for_weight_grad"] < x["activation_bytes"] for x in blocks)
+    assert prof["layers"][0]["backward_input"] == 0.0  # token ids have no gradient
+
+
+def test_profile_solve_run_compare(tmp_path):
+    """The CLI path: ``layersched profile`` (link measured), ``solve``, a run, ``compare``."""
+    problem, schedule = tmp_path / "mlp.yaml", tmp_path / "schedule.json"
+    assert (
+        main(
+            [
+                "profile",
+                MLP,
+                "--microbatch",
+                "8",
+                "--out",
+                str(problem),
+                "--microbatches",
+                "4",
+                "--repeat",
+                "3",
+                "--schedule",
+                "1f1b-split",
+            ]
+        )
+        == 0
+    )
+    spec = load_problem(problem)
+    assert spec.cluster.intra_node.bandwidth > 0 and spec.training.microbatch_size == 8
+    assert main(["solve", str(problem), "--out", str(schedule), "--quiet"]) == 0
+    doc = load_schedule(schedule)
+    assert doc.pipeline.stage_layers is not None and doc.time_unit == "ns"
+    results = launch_local(doc, MLP, steps=3, lr=0.05, trace=tmp_path / "run-trace.json")
+    ref, losses = train_reference(MLP, 4, steps=3, lr=0.05)
+    got = {k: v for r in results for k, v in r.params.items()}
+    for name, value in ref.items():
+        torch.testing.assert_close(got[name], value, rtol=1e-5, atol=1e-12)
+    assert next(r.losses for r in results if r.losses) == pytest.approx(losses, rel=1e-9)
+    cmp = compare(schedule, tmp_path / "run-trace.json")
+    assert not cmp.fitted and cmp.steps == [1, 2]
+    assert main(["compare", str(schedule), str(tmp_path / "run-trace.json")]) == 0
+
+
+def test_profile_rejects_bad_arguments(tmp_path, capsys):
+    assert main(["profile", MLP, "--microbatch", "0", "--out", str(tmp_path / "x.yaml")]) == 2
+    assert "--microbatch: must be at least 1, got 0" in capsys.readouterr().err
+    assert not (tmp_path / "x.yaml").exists()

@@ -1,0 +1,282 @@
+"""The runner on CPU ranks (gloo): every template, a generic solver's schedule, with and without
+data parallelism, on 2 and 4 processes; after two steps the parameters equal a single-process
+reference trained on the same micro-batches, through our runtime and through torch's.
+
+All jobs of one world size run in one set of processes (`launch_jobs`), so the suite starts
+processes twice for the equality checks."""
+
+from __future__ import annotations
+
+import functools
+import json
+import subprocess
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from layersched.config import ProblemSpec  # noqa: E402
+from layersched.export import save_json, schedule_file  # noqa: E402
+from layersched.graph import parse_action  # noqa: E402
+from layersched.runtime import launch as launch_module  # noqa: E402
+from layersched.runtime.launch import RunFailed, launch_jobs, launch_local  # noqa: E402
+from layersched.runtime.plan import PlanError  # noqa: E402
+from layersched.runtime.runner import RunConfig, train_reference  # noqa: E402
+from layersched.runtime.torch_runtime import torch_supports  # noqa: E402
+from layersched.runtime.trace import compare, trace_document  # noqa: E402
+from layersched.runtime.workload import load_workload  # noqa: E402
+from layersched.solve import solve_pipeline  # noqa: E402
+from layersched.stages import pipeline_from_spec  # noqa: E402
+from layersched.templates import TEMPLATES, TemplateError, template_names  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+MLP = f"{ROOT / 'examples' / 'models.py'}:mlp"
+GPT = f"{ROOT / 'examples' / 'models.py'}:gpt_small"
+BROKEN = str(Path(__file__).with_name("runner_models.py"))
+STEPS, LR, MOMENTUM = 2, 0.05, 0.9
+
+
+def stage_pipe(ranks: int, microbatches: int, stages_per_rank: int = 1, data_parallel: int = 1):
+    spec = ProblemSpec.model_validate(
+        {
+            "name": "run",
+            "pipeline": {
+                "stages": ranks * stages_per_rank,
+                "stages_per_rank": stages_per_rank,
+                "microbatches": microbatches,
+                "forward": 2,
+                "backward_input": 2,
+                "backward_weight": 1,
+                "transfer": 1,
+            },
+        }
+    )
+    return replace(pipeline_from_spec(spec), data_parallel=data_parallel)
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    cfg: RunConfig | None
+    skip: str | None = None
+
+    @property
+    def world(self) -> int:
+        return self.cfg.world_size
+
+
+def _config(doc, model: str = MLP, runtime: str = "layersched") -> RunConfig:
+    return RunConfig(doc, model, steps=STEPS, lr=LR, momentum=MOMENTUM, runtime=runtime)
+
+
+def _cases(ranks: int, dp: int) -> list[Case]:
+    """Every template (ours and, where it can, torch's runtime) and the list solver, on
+    ``ranks`` pipeline ranks x ``dp`` replicas of the 8-layer MLP."""
+    out = []
+    tag = f"{ranks}x{dp}"
+    m = 2 * ranks
+    for name in template_names():
+        v = TEMPLATES[name].min_stages_per_rank
+        try:
+            doc = schedule_file(solve_pipeline(stage_pipe(ranks, m, v, dp), schedule=name))
+        except TemplateError as exc:
+            out += [Case(f"{name}-{tag}", None, str(exc)), Case(f"{name}-{tag}-torch", None, str(exc))]
+            continue
+        out.append(Case(f"{name}-{tag}", _config(doc)))
+        why = torch_supports(doc)
+        out.append(Case(f"{name}-{tag}-torch", None if why else _config(doc, runtime="torch"), why))
+    doc = schedule_file(solve_pipeline(stage_pipe(ranks, m, 1, dp), solver="list"))
+    out.append(Case(f"list-solver-{tag}", _config(doc)))
+    return out
+
+
+def _gpt_case() -> Case:
+    """gpt_small with explicit, uneven stage layers and a split backward."""
+    layers = [["embed", "block0"], ["block1", "block2", "block3", "head"]]
+    doc = schedule_file(solve_pipeline(replace(stage_pipe(2, 4), stage_layers=layers), schedule="1f1b-split"))
+    return Case("gpt-stage-layers-2x1", _config(doc, GPT))
+
+
+CASES = {2: [*_cases(2, 1), *_cases(1, 2), _gpt_case()], 4: [*_cases(4, 1), *_cases(2, 2)]}
+ALL = [c for cases in CASES.values() for c in cases]
+
+
+@functools.cache
+def _run_world(world: int) -> dict[str, list]:
+    cases = [c for c in CASES[world] if c.cfg is not None]
+    results = launch_jobs([c.cfg for c in cases], timeout=600)
+    return {c.id: r for c, r in zip(cases, results, strict=True)}
+
+
+@functools.cache
+def _reference(model: str, microbatches: int):
+    return train_reference(model, microbatches, steps=STEPS, lr=LR, momentum=MOMENTUM)
+
+
+@functools.cache
+def _initial(model: str) -> dict:
+    layers = load_workload(model).layers
+    return {f"{n}.{k}": v.detach().clone() for n, m in layers for k, v in m.named_parameters()}
+
+
+@pytest.mark.parametrize(
+    "case", [pytest.param(c, id=c.id, marks=pytest.mark.skip(c.skip) if c.skip else ()) for c in ALL]
+)
+def test_run_equals_single_process_reference(case):
+    cfg, p = case.cfg, case.cfg.schedule.pipeline
+    results = _run_world(case.world)[case.id]
+    ref, ref_losses = _reference(cfg.model, p.num_microbatches * p.data_parallel)
+    init = _initial(cfg.model)
+    # the replicas of a pipeline rank end equal; replica 0's ranks hold every parameter once
+    by_replica = [
+        {k: v for r in results if r.replica == d for k, v in r.params.items()} for d in range(p.data_parallel)
+    ]
+    assert sorted(by_replica[0]) == sorted(ref)
+    assert sum(len(r.params) for r in results if r.replica == 0) == len(ref)
+    for params in by_replica:
+        for name, value in params.items():
+            torch.testing.assert_close(
+                value - init[name],
+                ref[name] - init[name],
+                rtol=1e-5,
+                atol=1e-12,
+                msg=lambda m, name=name: f"{case.id}: update of {name}: {m}",
+            )
+    losses = [r.losses for r in results if r.losses is not None]
+    assert len(losses) == p.data_parallel
+    assert [sum(x) / len(x) for x in zip(*losses, strict=True)] == pytest.approx(ref_losses, rel=1e-9)
+    if cfg.runtime == "layersched":
+        # every rank ran its action list in order, each step, and timed each action
+        for r in results:
+            for k in range(STEPS):
+                ran = [
+                    e["action"]
+                    for e in r.events
+                    if e["step"] == k and not e.get("wait") and parse_action(e["action"])[2] is not None
+                ]
+                assert ran == cfg.schedule.actions[r.pipeline_rank]
+
+
+def test_trace_and_compare_of_a_run(tmp_path):
+    case = next(c for c in CASES[4] if c.id == "1f1b-split-2x2")
+    results = _run_world(4)[case.id]
+    trace = trace_document(case.cfg.schedule, results)
+    assert [r["rank"] for r in trace["ranks"]] == [0, 1, 2, 3]
+    cmp = compare(case.cfg.schedule, trace)
+    rows = {row.what: row for row in cmp.rows}
+    assert cmp.fitted and cmp.steps == [1]
+    # 2 replicas x 8 forwards measured per step; predicted: the schedule's 8
+    assert (rows["F"].predicted_count, rows["F"].measured_count) == (8, 16)
+    assert rows["iteration"].measured > 0 and rows["all compute"].measured > 0
+
+
+def test_mismatches_fail_before_any_process_starts(monkeypatch):
+    def no_spawn(*args, **kwargs):
+        raise AssertionError("processes were started")
+
+    monkeypatch.setattr(launch_module.mp, "start_processes", no_spawn)
+    doc = schedule_file(solve_pipeline(stage_pipe(2, 4), schedule="1f1b"))
+    with pytest.raises(
+        PlanError,
+        match=r"^3 processes, but the schedule needs 2 pipeline ranks x 1 "
+        r"data-parallel replicas = 2; start 2$",
+    ):
+        launch_local(doc, MLP, world_size=3)
+    bad = doc.model_copy(
+        update={
+            "pipeline": doc.pipeline.model_copy(
+                update={"stage_layers": [["fc0", "fc1", "fc2"], ["fc3", "fc4", "fc5", "fc6", "fc99"]]}
+            )
+        }
+    )
+    with pytest.raises(PlanError, match="layer 'fc99' of stage 1 is not in the model"):
+        launch_local(bad, MLP)
+    with pytest.raises(PlanError, match="the schedule has 2 stages but the model has only 1 layers"):
+        launch_local(doc, MLP, model_options={"depth": 1})
+    cyclic = doc.model_copy(
+        update={
+            "actions": [
+                ["0F0", "0B0", "0F1", "0B1", "0F2", "0B2", "0F3", "0B3"],
+                ["1F1", "1B1", "1F0", "1B0", "1F2", "1B2", "1F3", "1B3"],
+            ]
+        }
+    )
+    with pytest.raises(PlanError, match="the schedule deadlocks: rank 0 waits at 0B0 for 1B0"):
+        launch_local(cyclic, MLP)
+    with pytest.raises(PlanError, match="has no function 'nope'"):
+        launch_local(doc, f"{ROOT / 'examples' / 'models.py'}:nope")
+
+
+@pytest.mark.parametrize(
+    ("builder", "message"),
+    [
+        ("exits", r"^rank 1 died \(exit code 3\); the other ranks were stopped$"),
+        ("raises", r"^rank 1 failed: RuntimeError: layer fc6 broke$"),
+    ],
+    ids=["exits", "raises"],
+)
+def test_a_failing_rank_stops_the_run(builder, message):
+    doc = schedule_file(solve_pipeline(stage_pipe(2, 4), schedule="1f1b"))
+    with pytest.raises(RunFailed, match=message):
+        launch_local(doc, f"{BROKEN}:{builder}", timeout=120)
+
+
+def test_a_stuck_rank_times_out():
+    doc = schedule_file(solve_pipeline(stage_pipe(2, 4), schedule="1f1b"))
+    with pytest.raises(RunFailed, match=r"^the run did not finish within 8 s; all 2 ranks were stopped"):
+        launch_local(doc, f"{BROKEN}:hangs", timeout=8)
+
+
+def test_python_m_layersched_run(tmp_path):
+    doc = schedule_file(solve_pipeline(stage_pipe(2, 4), schedule="1f1b-split"))
+    save_json(doc, tmp_path / "schedule.json")
+    cmd = [
+        sys.executable,
+        "-m",
+        "layersched.run",
+        str(tmp_path / "schedule.json"),
+        "--model",
+        MLP,
+        "--steps",
+        "3",
+        "--trace",
+        str(tmp_path / "run-trace.json"),
+    ]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    _, ref_losses = train_reference(MLP, 4, steps=3)
+    lines = out.stdout.splitlines()
+    assert [float(line.split()[1]) for line in lines[2:5]] == pytest.approx(ref_losses, rel=1e-6)
+    trace = json.loads((tmp_path / "run-trace.json").read_text())
+    assert len(trace["ranks"]) == 2
+    chrome = json.loads((tmp_path / "run-trace.chrome.json").read_text())
+    measured = [e for e in chrome["traceEvents"] if e["ph"] == "X" and not e["args"].get("predicted")]
+    assert {e["pid"] for e in measured} == {0, 1}
+    from layersched.cli import main
+
+    assert main(["compare", str(tmp_path / "schedule.json"), str(tmp_path / "run-trace.json")]) == 0
+
+
+def test_torchrun_and_bad_input(tmp_path):
+    doc = schedule_file(solve_pipeline(stage_pipe(2, 4), schedule="gpipe"))
+    save_json(doc, tmp_path / "schedule.json")
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node"]
+    args = ["-m", "layersched.run", str(tmp_path / "schedule.json"), "--model", MLP, "--steps", "1"]
+    out = subprocess.run([*torchrun, "2", *args], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    _, ref_losses = train_reference(MLP, 4, steps=1)
+    assert float(out.stdout.splitlines()[2].split()[1]) == pytest.approx(ref_losses[0], rel=1e-6)
+    bad = subprocess.run(
+        [sys.executable, *args[:3], "--model", f"{ROOT / 'examples' / 'models.py'}:missing"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert bad.returncode == 2
+    assert bad.stderr.strip().splitlines() == [
+        f"layersched.run: error: model '{ROOT / 'examples' / 'models.py'}:missing': "
+        f"{ROOT / 'examples' / 'models.py'} has no function 'missing'"
+    ]
