@@ -29,15 +29,28 @@ from pydantic import Field
 from layersched.config import ProblemSpec, SpecError, Strict, load_problem, load_spec
 from layersched.stages import pipeline_from_spec
 
-COLUMNS = ("problem", "memory", "method", "status", "objective", "value", "bubble_rate", "lower_bound", "gap",
-           "peak_memory", "solve_s", "published")
+COLUMNS = (
+    "problem",
+    "memory",
+    "method",
+    "status",
+    "objective",
+    "value",
+    "bubble_rate",
+    "lower_bound",
+    "gap",
+    "peak_memory",
+    "solve_s",
+    "published",
+)
 
 
 class SuiteProblem(Strict):
     path: str
     memory_factors: list[Annotated[float, Field(gt=0)]] = [1.0]
-    published: dict[str, float] = Field(default_factory=dict,
-                                        description="published bubble rates to print beside ours, by label")
+    published: dict[str, float] = Field(
+        default_factory=dict, description="published bubble rates to print beside ours, by label"
+    )
 
 
 class SuiteSpec(Strict):
@@ -57,23 +70,45 @@ def find_suite(name_or_path: str) -> Path:
     candidate = Path("problems") / "suites" / f"{name_or_path}.yaml"
     if not candidate.exists():
         known = sorted(p.stem for p in (Path("problems") / "suites").glob("*.yaml"))
-        raise SpecError(f"no suite {name_or_path!r} in problems/suites/ (known: {', '.join(known) or 'none'}); "
-                        "give a suite name or a path to a suite file")
+        raise SpecError(
+            f"no suite {name_or_path!r} in problems/suites/ (known: {', '.join(known) or 'none'}); "
+            "give a suite name or a path to a suite file"
+        )
     return candidate
 
 
-def run_suite(path: Path, *, time_limit: float | None = None, methods: list[str] | None = None, progress=None) -> list[dict]:
+def _is_template(name: str) -> bool:
+    from layersched.templates import get_template
+
+    try:
+        get_template(name)
+    except ValueError:
+        return False
+    return True
+
+
+def check_methods(path: Path, methods: list[str]) -> None:
+    """`SpecError` naming the first method that is neither a template, a solver nor ``best``."""
+    from layersched.templates import template_names
+    from solvers import solver_names
+
+    for m in methods:
+        if not (_is_template(m) or m in solver_names() or m == "best"):
+            valid = sorted([*template_names(), *solver_names(), "best"])
+            raise SpecError(f"{path}: methods: unknown method {m!r}; valid: {', '.join(valid)}")
+
+
+def run_suite(
+    path: Path, *, time_limit: float | None = None, methods: list[str] | None = None, progress=None
+) -> list[dict]:
     """Solve every (problem, memory factor, method) of the suite; one row per run. A method that
     cannot apply (template preconditions, memory) gives a row with its reason in ``status``."""
     from layersched.solve import solve_pipeline
-    from layersched.templates import TemplateError, template_names
-    from solvers import Deadlock, InvalidSchedule, solver_names
+    from layersched.templates import TemplateError
+    from solvers import Deadlock, InvalidSchedule
 
     suite = load_spec(path, SuiteSpec)
-    known = set(template_names()) | set(solver_names()) | {"best"}
-    for m in methods or suite.methods:
-        if m not in known:
-            raise SpecError(f"{path}: methods: unknown method {m!r}; valid: {', '.join(sorted(known))}")
+    check_methods(path, methods or suite.methods)
     limit = time_limit or suite.time_limit
     jobs = [(prob, f, m) for prob in suite.problems for f in prob.memory_factors for m in (methods or suite.methods)]
     rows = []
@@ -85,7 +120,7 @@ def run_suite(path: Path, *, time_limit: float | None = None, methods: list[str]
         label = f"{factor:g}x"
         if progress:
             progress(k, len(jobs), f"{spec.name} {label} {method}")
-        kw = {"schedule": method} if method in template_names() else {"solver": method}
+        kw = {"schedule": method} if _is_template(method) else {"solver": method}
         if method in ("best", "cpsat", "lns"):
             kw["time_limit"] = limit
         t0 = time.perf_counter()
@@ -98,9 +133,16 @@ def run_suite(path: Path, *, time_limit: float | None = None, methods: list[str]
             continue
         m = sol.metrics
         status = sol.result.status if sol.result is not None else "template"
-        row.update(status=status, objective=sol.objective, value=m["value"], bubble_rate=m["bubble_rate"],
-                   lower_bound=m["lower_bound"], gap=round((m["value"] - m["lower_bound"]) / m["value"], 6),
-                   peak_memory=max(m["peak_memory"][: pipe.num_ranks]), solve_s=round(time.perf_counter() - t0, 2))
+        row.update(
+            status=status,
+            objective=sol.objective,
+            value=m["value"],
+            bubble_rate=m["bubble_rate"],
+            lower_bound=m["lower_bound"],
+            gap=round((m["value"] - m["lower_bound"]) / m["value"], 6),
+            peak_memory=max(m["peak_memory"][: pipe.num_ranks]),
+            solve_s=round(time.perf_counter() - t0, 2),
+        )
         rows.append(row)
     if progress:
         progress(len(jobs), len(jobs), "done")
@@ -129,12 +171,20 @@ def plot_rows(rows: list[dict], path: Path, title: str) -> None:
     width = 0.8 / max(len(methods), 1)
     fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(groups) * max(1, len(methods)) * 0.35 + 3), 4))
     for j, method in enumerate(methods):
-        vals = [next((r.get("bubble_rate") for r in rows if (r["problem"], r["memory"]) == g and r["method"] == method), None)
-                for g in groups]
+        vals = [
+            next(
+                (r.get("bubble_rate") for r in rows if (r["problem"], r["memory"]) == g and r["method"] == method), None
+            )
+            for g in groups
+        ]
         x = np.arange(len(groups)) + j * width
         ax.bar(x, [v if v is not None else 0 for v in vals], width, label=method)
-    pub = [next((r["published"] for r in rows if (r["problem"], r["memory"]) == g and r.get("published") is not None), None)
-           for g in groups]
+    pub = [
+        next(
+            (r["published"] for r in rows if (r["problem"], r["memory"]) == g and r.get("published") is not None), None
+        )
+        for g in groups
+    ]
     if any(p is not None for p in pub):
         xs = [i + 0.4 - width / 2 for i, p in enumerate(pub) if p is not None]
         ax.scatter(xs, [p for p in pub if p is not None], marker="_", s=600, color="black", label="published", zorder=3)

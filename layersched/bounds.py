@@ -57,7 +57,7 @@ def pipeline_bounds(pipe: Pipeline, stage_to_rank: list[int], objective: str) ->
     best_span, best_makespan = 0, 0
     for r in range(R):
         work = m * int(F[r] + I[r] + W[r]) + int(pipe.optimizer[r])
-        trip = int(F[r:].sum() + I[r + 1:].sum() + 2 * c[r:].sum())
+        trip = int(F[r:].sum() + I[r + 1 :].sum() + 2 * c[r:].sum())
         if pipe.capacity is None or mem_f[r] <= 0:
             k = m
         else:
@@ -65,8 +65,15 @@ def pipeline_bounds(pipe: Pipeline, stage_to_rank: list[int], objective: str) ->
         idle = max(0, trip - k * int(F[r]))
         if m > k:
             budget = int(pipe.capacity) - int(mem_f[r])
-            fill = _best_fill(min(m - 1, budget // int(mem_f[r])), budget, int(mem_f[r]), int(mem_w[r]),
-                              int(I[r] + W[r]), int(W[r]), m - 1)
+            fill = _best_fill(
+                min(m - 1, budget // int(mem_f[r])),
+                budget,
+                int(mem_f[r]),
+                int(mem_w[r]),
+                int(I[r] + W[r]),
+                int(W[r]),
+                m - 1,
+            )
             idle += max(0, trip - int(F[r]) - fill)
         head = int(F[:r].sum() + c[:r].sum())
         best_span = max(best_span, work + idle)

@@ -61,8 +61,7 @@ class LayerSpec(Strict):
     @model_validator(mode="after")
     def _check(self) -> LayerSpec:
         if self.sublayers:
-            own = (self.forward, self.backward_input, self.backward_weight, self.activation_bytes,
-                   self.param_bytes)
+            own = (self.forward, self.backward_input, self.backward_weight, self.activation_bytes, self.param_bytes)
             if any(own):
                 raise ValueError("give either the layer's own figures or its sublayers, not both")
         elif self.kept_for_weight_grad > self.activation_bytes:
@@ -221,8 +220,7 @@ class StagePipelineSpec(Strict):
         if self.memory_freed_by_weight > self.memory_forward:
             raise ValueError("memory_freed_by_weight cannot exceed memory_forward")
         if self.stages % self.stages_per_rank:
-            raise ValueError(f"stages ({self.stages}) must be a multiple of stages_per_rank "
-                             f"({self.stages_per_rank})")
+            raise ValueError(f"stages ({self.stages}) must be a multiple of stages_per_rank ({self.stages_per_rank})")
         return self
 
 
@@ -243,9 +241,11 @@ class ProblemSpec(Strict):
         if self.pipeline is not None and any(x is not None for x in full):
             raise ValueError("give either 'pipeline' or 'model'+'cluster'+'training', not both")
         if self.pipeline is None and any(x is None for x in full):
-            missing = [k for k, v in zip(("model", "cluster", "training"), full) if v is None]
-            raise ValueError(f"missing {', '.join(missing)}: a model-level problem needs model, "
-                             "cluster and training (or use the stage-level 'pipeline' form)")
+            missing = [k for k, v in zip(("model", "cluster", "training"), full, strict=False) if v is None]
+            raise ValueError(
+                f"missing {', '.join(missing)}: a model-level problem needs model, "
+                "cluster and training (or use the stage-level 'pipeline' form)"
+            )
         return self
 
 
@@ -279,8 +279,9 @@ def format_validation_error(path: str | Path, exc: ValidationError) -> str:
     kind, msg = err["type"], err["msg"]
     if kind == "extra_forbidden":
         parent = loc[:-1]
-        missing = [str(e["loc"][-1]) for e in errors if e["type"] == "missing"
-                   and [str(x) for x in e["loc"][:-1]] == parent]
+        missing = [
+            str(e["loc"][-1]) for e in errors if e["type"] == "missing" and [str(x) for x in e["loc"][:-1]] == parent
+        ]
         close = difflib.get_close_matches(loc[-1], missing, n=1) if loc else []
         msg = "unknown key"
         fix = f"did you mean '{close[0]}'?" if close else "remove it or check its spelling"
@@ -310,9 +311,11 @@ def load_problem(path: str | Path) -> ProblemSpec:
     data = read_data(path)
     cluster = data.get("cluster")
     if isinstance(cluster, str):
-        cpath = (path.parent / cluster)
+        cpath = path.parent / cluster
         if not cpath.exists():
-            raise SpecError(f"{path}: cluster: file {cluster!r} not found next to the problem file; "
-                            "give a path relative to it or an inline cluster")
+            raise SpecError(
+                f"{path}: cluster: file {cluster!r} not found next to the problem file; "
+                "give a path relative to it or an inline cluster"
+            )
         data = {**data, "cluster": load_spec(cpath, ClusterSpec).model_dump()}
     return load_spec(path, ProblemSpec, data)

@@ -92,8 +92,9 @@ def batched_matmul(batch: int, m: int, k: int, n: int, d: int) -> Op:
     return Op((flops, d * (a + b + y)), (2 * flops, d * (y + 2 * a + 2 * b)), activation=d * (a + b))
 
 
-def conv(cin: int, cout: int, k: int, size: int, b: int, d: int, stride: int = 1, groups: int = 1,
-         bias: bool = False) -> tuple[Op, int]:
+def conv(
+    cin: int, cout: int, k: int, size: int, b: int, d: int, stride: int = 1, groups: int = 1, bias: bool = False
+) -> tuple[Op, int]:
     """A square ``k x k`` convolution with padding ``k // 2`` on ``b`` images of ``size x size``;
     also returns the output size."""
     out = (size + 2 * (k // 2) - k) // stride + 1
@@ -117,8 +118,7 @@ def pointwise(n: int, d: int) -> Op:
 def norm(n: int, channels: int, d: int) -> Op:
     """Layer or batch normalisation over ``n`` values with ``channels`` scales and shifts; keeps its
     input and computes the scale and shift gradients with the input gradient."""
-    return streaming(d * (2 * n + 2 * channels), d * (3 * n + 4 * channels), activation=d * n,
-                     params=2 * channels)
+    return streaming(d * (2 * n + 2 * channels), d * (3 * n + 4 * channels), activation=d * n, params=2 * channels)
 
 
 def dropout(n: int, d: int) -> Op:
@@ -174,8 +174,10 @@ class Unit:
 def roofline(work: Work, device: DeviceSpec) -> float:
     """Seconds for ``(flops, bytes)`` on ``device``: compute or memory, whichever is slower."""
     flops, moved = work
-    return max(flops / (device.peak_flops * device.flops_efficiency),
-               moved / (device.memory_bandwidth * device.bandwidth_efficiency))
+    return max(
+        flops / (device.peak_flops * device.flops_efficiency),
+        moved / (device.memory_bandwidth * device.bandwidth_efficiency),
+    )
 
 
 def unit_spec(unit: Unit, device: DeviceSpec, d: int) -> LayerSpec:
@@ -231,10 +233,16 @@ def transformer_layers(arch: TransformerArch, b: int, d: int) -> Layers:
     block = [
         Unit("ln_attn", (norm(t * h, h, d),), 2 * x),
         Unit("qkv", (matmul(t, h, 3 * h, d),), 4 * x),
-        Unit("attention", (batched_matmul(b * a, s, h // a, s, d),  # scores Q K^T
-                           pointwise(scores, d),  # scaled, masked softmax; keeps its output
-                           dropout(scores, d),
-                           batched_matmul(b * a, s, s, h // a, d)), 2 * x),  # context P V
+        Unit(
+            "attention",
+            (
+                batched_matmul(b * a, s, h // a, s, d),  # scores Q K^T
+                pointwise(scores, d),  # scaled, masked softmax; keeps its output
+                dropout(scores, d),
+                batched_matmul(b * a, s, s, h // a, d),
+            ),
+            2 * x,
+        ),  # context P V
         Unit("attn_proj", (matmul(t, h, h, d),), 2 * x),
         Unit("attn_residual", (dropout(t * h, d), add(t * h, d)), x),
         Unit("ln_mlp", (norm(t * h, h, d),), 2 * x),
@@ -246,21 +254,36 @@ def transformer_layers(arch: TransformerArch, b: int, d: int) -> Layers:
     layers += [(f"block{i}", block) for i in range(arch.num_layers)]
 
     if bert:
-        head = [Unit("mlm_dense", (matmul(t, h, h, d),), x),
-                Unit("mlm_gelu", (pointwise(t * h, d),), x),
-                Unit("mlm_norm", (norm(t * h, h, d),), x)]
+        head = [
+            Unit("mlm_dense", (matmul(t, h, h, d),), x),
+            Unit("mlm_gelu", (pointwise(t * h, d),), x),
+            Unit("mlm_norm", (norm(t * h, h, d),), x),
+        ]
     else:
         head = [Unit("final_norm", (norm(t * h, h, d),), x)]
-    head += [Unit("logits", (matmul(t, h, vocab, d, bias=bert, tied=True),), d * t * vocab),
-             Unit("loss", (cross_entropy(t * vocab, d),), 0)]
+    head += [
+        Unit("logits", (matmul(t, h, vocab, d, bias=bert, tied=True),), d * t * vocab),
+        Unit("loss", (cross_entropy(t * vocab, d),), 0),
+    ]
     layers.append(("head", head))
     return layers
 
 
 # -- convolutional networks --------------------------------------------------------------------------
 # ReLU, ReLU6, hard-swish and hard-sigmoid cost the same here: one memory-bound pass each way.
-def conv_unit(name: str, cin: int, cout: int, k: int, size: int, b: int, d: int, stride: int = 1,
-              groups: int = 1, act: bool = True, carry: int = 0) -> tuple[Unit, int]:
+def conv_unit(
+    name: str,
+    cin: int,
+    cout: int,
+    k: int,
+    size: int,
+    b: int,
+    d: int,
+    stride: int = 1,
+    groups: int = 1,
+    act: bool = True,
+    carry: int = 0,
+) -> tuple[Unit, int]:
     """Convolution, batch norm and (``act``) an activation; ``carry`` extra output bytes (a residual
     input) travel on beside the output. Returns the unit and the output size."""
     op, out = conv(cin, cout, k, size, b, d, stride, groups)
@@ -277,8 +300,16 @@ def pooled_stem(size: int, b: int, d: int) -> tuple[Unit, int]:
     return Unit("stem", ops, d * b * 64 * out * out), out
 
 
-def head_unit(c: int, size: int, classes: int, b: int, d: int, hidden: tuple[int, ...] = (),
-              drop: bool = False, extra: tuple[Op, ...] = ()) -> Unit:
+def head_unit(
+    c: int,
+    size: int,
+    classes: int,
+    b: int,
+    d: int,
+    hidden: tuple[int, ...] = (),
+    drop: bool = False,
+    extra: tuple[Op, ...] = (),
+) -> Unit:
     """``extra`` ops, global average pooling, linear layers through ``hidden`` widths with
     activations, dropout when ``drop``, and the classifier with its loss."""
     ops = [*extra, pool(b * c * size * size, b * c, d, keep=False)]
@@ -308,8 +339,7 @@ def resnet_layers(arch: CNNArch, depths: tuple[int, ...], b: int, d: int) -> Lay
             units = [u1, u2, u3]
             n = b * 4 * width * out * out
             if stride != 1 or c != 4 * width:
-                ds, _ = conv_unit("downsample", c, 4 * width, 1, size, b, d, stride=stride, act=False,
-                                  carry=d * n)
+                ds, _ = conv_unit("downsample", c, 4 * width, 1, size, b, d, stride=stride, act=False, carry=d * n)
                 units.append(ds)
             units.append(Unit("add_relu", (add(n, d), pointwise(n, d)), d * n))
             layers.append((f"layer{stage + 1}.{i}", units))
@@ -356,8 +386,9 @@ def make_divisible(v: float, divisor: int = 8) -> int:
     return new + divisor if new < 0.9 * v else new
 
 
-def inverted_residual(cin: int, k: int, expanded: int, cout: int, se: bool, stride: int, size: int,
-                      b: int, d: int) -> tuple[list[Unit], int]:
+def inverted_residual(
+    cin: int, k: int, expanded: int, cout: int, se: bool, stride: int, size: int, b: int, d: int
+) -> tuple[list[Unit], int]:
     """A MobileNet block: 1x1 expansion, depthwise ``k x k``, optional squeeze-and-excitation, 1x1
     projection, and the residual addition when shapes allow it."""
     residual = stride == 1 and cin == cout
@@ -370,8 +401,14 @@ def inverted_residual(cin: int, k: int, expanded: int, cout: int, se: bool, stri
     n = b * expanded * out * out
     if se:
         sq = make_divisible(expanded // 4)
-        ops = (pool(n, b * expanded, d, keep=False), matmul(b, expanded, sq, d), pointwise(b * sq, d),
-               matmul(b, sq, expanded, d), pointwise(b * expanded, d), scale(n, b * expanded, d))
+        ops = (
+            pool(n, b * expanded, d, keep=False),
+            matmul(b, expanded, sq, d),
+            pointwise(b * sq, d),
+            matmul(b, sq, expanded, d),
+            pointwise(b * expanded, d),
+            scale(n, b * expanded, d),
+        )
         units.append(Unit("se", ops, d * n + skip))
     unit, _ = conv_unit("project", expanded, cout, 1, out, b, d, act=False)
     if residual:
@@ -383,15 +420,32 @@ def inverted_residual(cin: int, k: int, expanded: int, cout: int, se: bool, stri
 
 # input channels, kernel, expanded channels, output channels, squeeze-and-excitation, stride
 MOBILENETV3_LARGE = (
-    (16, 3, 16, 16, False, 1), (16, 3, 64, 24, False, 2), (24, 3, 72, 24, False, 1),
-    (24, 5, 72, 40, True, 2), (40, 5, 120, 40, True, 1), (40, 5, 120, 40, True, 1),
-    (40, 3, 240, 80, False, 2), (80, 3, 200, 80, False, 1), (80, 3, 184, 80, False, 1),
-    (80, 3, 184, 80, False, 1), (80, 3, 480, 112, True, 1), (112, 3, 672, 112, True, 1),
-    (112, 5, 672, 160, True, 2), (160, 5, 960, 160, True, 1), (160, 5, 960, 160, True, 1),
+    (16, 3, 16, 16, False, 1),
+    (16, 3, 64, 24, False, 2),
+    (24, 3, 72, 24, False, 1),
+    (24, 5, 72, 40, True, 2),
+    (40, 5, 120, 40, True, 1),
+    (40, 5, 120, 40, True, 1),
+    (40, 3, 240, 80, False, 2),
+    (80, 3, 200, 80, False, 1),
+    (80, 3, 184, 80, False, 1),
+    (80, 3, 184, 80, False, 1),
+    (80, 3, 480, 112, True, 1),
+    (112, 3, 672, 112, True, 1),
+    (112, 5, 672, 160, True, 2),
+    (160, 5, 960, 160, True, 1),
+    (160, 5, 960, 160, True, 1),
 )
 # expansion t, output channels c, repeats n, first stride s
-MOBILENETV2 = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2),
-               (6, 320, 1, 1))
+MOBILENETV2 = (
+    (1, 16, 1, 1),
+    (6, 24, 2, 2),
+    (6, 32, 3, 2),
+    (6, 64, 4, 2),
+    (6, 96, 3, 1),
+    (6, 160, 3, 2),
+    (6, 320, 1, 1),
+)
 
 
 def mobilenetv2_blocks() -> list[tuple[int, int, int, int, bool, int]]:
@@ -477,8 +531,9 @@ def mlp_layers(arch: MLPArch, b: int, d: int) -> Layers:
 
 
 # -- public ----------------------------------------------------------------------------------------
-def build_layers(arch: TransformerArch | CNNArch | MLPArch, device: DeviceSpec, microbatch_size: int,
-                 dtype_bytes: int = 2) -> list[LayerSpec]:
+def build_layers(
+    arch: TransformerArch | CNNArch | MLPArch, device: DeviceSpec, microbatch_size: int, dtype_bytes: int = 2
+) -> list[LayerSpec]:
     """The layers of ``arch`` for one micro-batch of ``microbatch_size`` samples on ``device``.
 
     Parameters

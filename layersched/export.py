@@ -95,22 +95,50 @@ def schedule_file(sol, source: str | None = None) -> ScheduleFile:
     names = prob.names
     R = sol.pipe.num_ranks
     fixed = prob.fixed_processor()
-    procs = [ProcessorRecord(name=prob.processor_label(q), kind="compute" if q < R else "network", rank=q % R,
-                             capacity=int(c) if c < UNLIMITED else None)
-             for q, c in enumerate(prob.capacity.tolist())]
-    tasks = [TaskRecord(name=names[t], processor=int(sched.processor[t]), start=int(sched.start[t]),
-                        duration=int(prob.duration[t]), memory=int(prob.mem_delta[t]),
-                        allowed=None if fixed[t] >= 0 else np.flatnonzero(prob.allowed[t]).tolist(),
-                        group=int(prob.group[t]))
-             for t in range(prob.num_tasks)]
-    edges = [(names[u], names[v], int(d)) for (u, v), d in zip(prob.edges.tolist(), prob.delay.tolist())]
+    procs = [
+        ProcessorRecord(
+            name=prob.processor_label(q),
+            kind="compute" if q < R else "network",
+            rank=q % R,
+            capacity=int(c) if c < UNLIMITED else None,
+        )
+        for q, c in enumerate(prob.capacity.tolist())
+    ]
+    tasks = [
+        TaskRecord(
+            name=names[t],
+            processor=int(sched.processor[t]),
+            start=int(sched.start[t]),
+            duration=int(prob.duration[t]),
+            memory=int(prob.mem_delta[t]),
+            allowed=None if fixed[t] >= 0 else np.flatnonzero(prob.allowed[t]).tolist(),
+            group=int(prob.group[t]),
+        )
+        for t in range(prob.num_tasks)
+    ]
+    edges = [(names[u], names[v], int(d)) for (u, v), d in zip(prob.edges.tolist(), prob.delay.tolist(), strict=False)]
     pipe = sol.pipe
     return ScheduleFile(
-        name=pipe.name, method=sol.method, objective=sol.objective, time_unit=pipe.time_unit, memory_unit=pipe.memory_unit, source=source,
-        pipeline=PipelineRecord(num_stages=pipe.num_stages, num_ranks=R, num_microbatches=pipe.num_microbatches,
-                                data_parallel=pipe.data_parallel, split_backward=sol.split_backward,
-                                stage_to_rank=list(g.graph["stage_to_rank"]), stage_layers=pipe.stage_layers),
-        processors=procs, tasks=tasks, edges=edges, actions=sol.actions(), metrics=sol.metrics,
+        name=pipe.name,
+        method=sol.method,
+        objective=sol.objective,
+        time_unit=pipe.time_unit,
+        memory_unit=pipe.memory_unit,
+        source=source,
+        pipeline=PipelineRecord(
+            num_stages=pipe.num_stages,
+            num_ranks=R,
+            num_microbatches=pipe.num_microbatches,
+            data_parallel=pipe.data_parallel,
+            split_backward=sol.split_backward,
+            stage_to_rank=list(g.graph["stage_to_rank"]),
+            stage_layers=pipe.stage_layers,
+        ),
+        processors=procs,
+        tasks=tasks,
+        edges=edges,
+        actions=sol.actions(),
+        metrics=sol.metrics,
     )
 
 
@@ -124,7 +152,7 @@ def to_problem(doc: ScheduleFile) -> tuple[Problem, Schedule]:
     P = len(doc.processors)
     allowed = np.zeros((len(doc.tasks), P), dtype=bool)
     for i, t in enumerate(doc.tasks):
-        for q in (t.allowed if t.allowed is not None else [t.processor]):
+        for q in t.allowed if t.allowed is not None else [t.processor]:
             if not 0 <= q < P:
                 raise SpecError(f"tasks: {t.name} names processor {q}, but there are {P} (0..{P - 1})")
             allowed[i, q] = True
@@ -133,10 +161,15 @@ def to_problem(doc: ScheduleFile) -> tuple[Problem, Schedule]:
     except KeyError as exc:
         raise SpecError(f"edges: task {exc.args[0]} is not in tasks") from None
     problem = Problem(
-        duration=[t.duration for t in doc.tasks], allowed=allowed, edges=np.array(edges, dtype=np.int64).reshape(-1, 2),
-        delay=[d for _, _, d in doc.edges], mem_delta=[t.memory for t in doc.tasks],
+        duration=[t.duration for t in doc.tasks],
+        allowed=allowed,
+        edges=np.array(edges, dtype=np.int64).reshape(-1, 2),
+        delay=[d for _, _, d in doc.edges],
+        mem_delta=[t.memory for t in doc.tasks],
         capacity=[UNLIMITED if p.capacity is None else p.capacity for p in doc.processors],
-        group=[t.group for t in doc.tasks], names=tuple(index), processor_names=tuple(p.name for p in doc.processors),
+        group=[t.group for t in doc.tasks],
+        names=tuple(index),
+        processor_names=tuple(p.name for p in doc.processors),
     )
     return problem, Schedule(processor=[t.processor for t in doc.tasks], start=[t.start for t in doc.tasks])
 
@@ -148,10 +181,12 @@ def check_actions(doc: ScheduleFile, problem: Problem, schedule: Schedule) -> No
     R = doc.pipeline.num_ranks
     if len(doc.actions) != R:
         raise SpecError(f"actions: {len(doc.actions)} ranks listed, the pipeline has {R}")
-    for r, (order, acts) in enumerate(zip(schedule.orders(problem)[:R], doc.actions)):
+    for r, (order, acts) in enumerate(zip(schedule.orders(problem)[:R], doc.actions, strict=False)):
         expect = [names[t] for t in order if parse_action(names[t])[2] is not None]
         if expect != acts:
-            k = next((i for i, (a, b) in enumerate(zip(expect, acts)) if a != b), min(len(expect), len(acts)))
+            k = next(
+                (i for i, (a, b) in enumerate(zip(expect, acts, strict=False)) if a != b), min(len(expect), len(acts))
+            )
             got = acts[k] if k < len(acts) else "(end)"
             want = expect[k] if k < len(expect) else "(end)"
             raise SpecError(f"actions: rank {r} position {k} is {got}, but by start time it must be {want}")
@@ -185,8 +220,10 @@ def load_schedule(path: str | Path) -> ScheduleFile:
     except json.JSONDecodeError as exc:
         raise SpecError(f"{path}: not valid JSON: {exc}") from None
     if isinstance(data, dict) and data.get("format_version") not in (None, FORMAT_VERSION):
-        raise SpecError(f"{path}: format_version {data.get('format_version')} is not supported "
-                        f"(this layersched reads version {FORMAT_VERSION}); re-export the schedule")
+        raise SpecError(
+            f"{path}: format_version {data.get('format_version')} is not supported "
+            f"(this layersched reads version {FORMAT_VERSION}); re-export the schedule"
+        )
     try:
         return ScheduleFile.model_validate(data)
     except ValidationError as exc:

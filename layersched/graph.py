@@ -47,8 +47,9 @@ def placement(num_stages: int, num_ranks: int, style: str = "loop") -> list[int]
     if style == "loop":
         return [s % num_ranks for s in range(num_stages)]
     if style == "v":
-        return [s % num_ranks if (s // num_ranks) % 2 == 0 else num_ranks - 1 - s % num_ranks
-                for s in range(num_stages)]
+        return [
+            s % num_ranks if (s // num_ranks) % 2 == 0 else num_ranks - 1 - s % num_ranks for s in range(num_stages)
+        ]
     raise ValueError(f"unknown placement {style!r}; valid: loop, v")
 
 
@@ -63,8 +64,14 @@ def build_graph(pipe: Pipeline, *, split_backward: bool = True, stage_to_rank: l
     ranks = stage_to_rank or placement(S, pipe.num_ranks)
     if len(ranks) != S:
         raise ValueError(f"stage_to_rank has {len(ranks)} entries for {S} stages")
-    g = nx.DiGraph(name=pipe.name, num_stages=S, num_ranks=pipe.num_ranks, num_microbatches=m,
-                   split_backward=split_backward, stage_to_rank=list(ranks))
+    g = nx.DiGraph(
+        name=pipe.name,
+        num_stages=S,
+        num_ranks=pipe.num_ranks,
+        num_microbatches=m,
+        split_backward=split_backward,
+        stage_to_rank=list(ranks),
+    )
     back = ("I", "W") if split_backward else ("B",)
     for s in range(S):
         F, I, W = (int(x[s]) for x in (pipe.forward, pipe.backward_input, pipe.backward_weight))
@@ -72,13 +79,13 @@ def build_graph(pipe: Pipeline, *, split_backward: bool = True, stage_to_rank: l
         for i in range(m):
             g.add_node(f"{s}F{i}", kind="F", stage=s, microbatch=i, rank=ranks[s], duration=F, memory=mem_f)
             if split_backward:
-                g.add_node(f"{s}I{i}", kind="I", stage=s, microbatch=i, rank=ranks[s], duration=I,
-                           memory=-(mem_f - mem_w))
+                g.add_node(
+                    f"{s}I{i}", kind="I", stage=s, microbatch=i, rank=ranks[s], duration=I, memory=-(mem_f - mem_w)
+                )
                 g.add_node(f"{s}W{i}", kind="W", stage=s, microbatch=i, rank=ranks[s], duration=W, memory=-mem_w)
                 g.add_edge(f"{s}I{i}", f"{s}W{i}", delay=0)
             else:
-                g.add_node(f"{s}B{i}", kind="B", stage=s, microbatch=i, rank=ranks[s], duration=I + W,
-                           memory=-mem_f)
+                g.add_node(f"{s}B{i}", kind="B", stage=s, microbatch=i, rank=ranks[s], duration=I + W, memory=-mem_f)
             first_back = f"{s}{back[0]}{i}"
             if s + 1 < S:
                 d = int(pipe.transfer[s])
@@ -123,15 +130,22 @@ def to_problem(g: nx.DiGraph, capacity: int | None = None) -> TaskGraph:
     kinds = [g.nodes[n]["kind"] for n in names]
     network = "R" in kinds
     P = 2 * R if network else R
-    proc = np.array([g.nodes[n]["rank"] + (R if k == "R" else 0) for n, k in zip(names, kinds)], dtype=np.int64)
+    proc = np.array(
+        [g.nodes[n]["rank"] + (R if k == "R" else 0) for n, k in zip(names, kinds, strict=False)], dtype=np.int64
+    )
     allowed = np.zeros((len(names), P), dtype=bool)
     allowed[np.arange(len(names)), proc] = True
     edges = np.array([(index[u], index[v]) for u, v in g.edges], dtype=np.int64).reshape(-1, 2)
     cap = np.full(P, capacity if capacity is not None else np.iinfo(np.int64).max // 4, dtype=np.int64)
     pnames = [f"rank{r}" for r in range(R)] + ([f"net{r}" for r in range(R)] if network else [])
     problem = Problem(
-        duration=[g.nodes[n]["duration"] for n in names], allowed=allowed, edges=edges,
-        delay=[d for _, _, d in g.edges(data="delay")], mem_delta=[g.nodes[n]["memory"] for n in names],
-        capacity=cap, names=tuple(names), processor_names=tuple(pnames),
+        duration=[g.nodes[n]["duration"] for n in names],
+        allowed=allowed,
+        edges=edges,
+        delay=[d for _, _, d in g.edges(data="delay")],
+        mem_delta=[g.nodes[n]["memory"] for n in names],
+        capacity=cap,
+        names=tuple(names),
+        processor_names=tuple(pnames),
     )
     return TaskGraph(graph=g, problem=problem, index=index)

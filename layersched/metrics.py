@@ -20,8 +20,13 @@ import numpy as np
 from solvers import Problem, Schedule, lower_bounds, peak_memory
 
 
-def schedule_metrics(problem: Problem, schedule: Schedule, num_ranks: int, objective: str = "span",
-                     extra_bounds: dict[str, int] | None = None) -> dict:
+def schedule_metrics(
+    problem: Problem,
+    schedule: Schedule,
+    num_ranks: int,
+    objective: str = "span",
+    extra_bounds: dict[str, int] | None = None,
+) -> dict:
     """Metrics of a schedule whose first ``num_ranks`` processors are compute ranks; ``extra_bounds``
     are further proven lower bounds on the objective (say, from the pipeline's structure)."""
     R = num_ranks

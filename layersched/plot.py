@@ -20,8 +20,14 @@ from layersched.graph import parse_action
 from solvers import memory_profile
 
 COLOURS = {"F": "#4C72B0", "B": "#DD8452", "I": "#C44E52", "W": "#55A868", "R": "#8172B3", "U": "#937860"}
-LABELS = {"F": "forward", "B": "backward", "I": "backward (inputs)", "W": "backward (weights)",
-          "R": "all-reduce", "U": "optimizer"}
+LABELS = {
+    "F": "forward",
+    "B": "backward",
+    "I": "backward (inputs)",
+    "W": "backward (weights)",
+    "R": "all-reduce",
+    "U": "optimizer",
+}
 
 
 def plot_schedule(doc, path: str | Path, title: str | None = None) -> Path:
@@ -35,8 +41,9 @@ def plot_schedule(doc, path: str | Path, title: str | None = None) -> Path:
 
     problem, schedule = to_problem(doc)
     P, R = problem.num_processors, doc.pipeline.num_ranks
-    fig, (ax, axm) = plt.subplots(2, 1, figsize=(14, 1.0 + 0.45 * P + 2.6), sharex=True,
-                                  gridspec_kw={"height_ratios": [max(P, 2), 3]})
+    fig, (ax, axm) = plt.subplots(
+        2, 1, figsize=(14, 1.0 + 0.45 * P + 2.6), sharex=True, gridspec_kw={"height_ratios": [max(P, 2), 3]}
+    )
     span = max(schedule.makespan(problem), 1)
     boxes: dict[tuple[int, str], list[tuple[int, int]]] = {}
     label_boxes = len(doc.tasks) <= 3000
@@ -44,12 +51,25 @@ def plot_schedule(doc, path: str | Path, title: str | None = None) -> Path:
         _, kind, mb = parse_action(task.name)
         boxes.setdefault((task.processor, kind), []).append((task.start, task.duration))
         if label_boxes and mb is not None and task.duration > span / 300:
-            ax.text(task.start + task.duration / 2, task.processor, str(mb), ha="center", va="center",
-                    fontsize=6, color="white")
+            ax.text(
+                task.start + task.duration / 2,
+                task.processor,
+                str(mb),
+                ha="center",
+                va="center",
+                fontsize=6,
+                color="white",
+            )
     seen: set[str] = set()
     for (q, kind), segs in sorted(boxes.items()):
-        ax.broken_barh(segs, (q - 0.4, 0.8), facecolors=COLOURS[kind], edgecolor="white", linewidth=0.3,
-                       label=None if kind in seen else LABELS[kind])
+        ax.broken_barh(
+            segs,
+            (q - 0.4, 0.8),
+            facecolors=COLOURS[kind],
+            edgecolor="white",
+            linewidth=0.3,
+            label=None if kind in seen else LABELS[kind],
+        )
         seen.add(kind)
     ax.set_xlim(0, span)
     ax.set_ylim(-0.6, P - 0.4)
@@ -57,13 +77,19 @@ def plot_schedule(doc, path: str | Path, title: str | None = None) -> Path:
     ax.invert_yaxis()
     ax.set_ylabel("processor")
     m = doc.metrics
-    ax.set_title(title or f"{doc.name} · {doc.method} · time {m.get('value')} {doc.time_unit} "
-                 f"({doc.objective}) · bubble {m.get('bubble_rate', 0):.2%}", fontsize=10)
+    ax.set_title(
+        title
+        or f"{doc.name} · {doc.method} · time {m.get('value')} {doc.time_unit} "
+        f"({doc.objective}) · bubble {m.get('bubble_rate', 0):.2%}",
+        fontsize=10,
+    )
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.02), ncol=len(seen), fontsize=8, frameon=False)
 
     for q, (times, usage, _) in enumerate(memory_profile(problem, schedule)[:R]):
         if len(times):
-            axm.step(np.r_[0, times, span], np.r_[0, usage, usage[-1]], where="post", lw=1, label=doc.processors[q].name)
+            axm.step(
+                np.r_[0, times, span], np.r_[0, usage, usage[-1]], where="post", lw=1, label=doc.processors[q].name
+            )
     caps = {p.capacity for p in doc.processors[:R] if p.capacity is not None}
     for c in caps:
         axm.axhline(c, color="black", ls="--", lw=1)

@@ -50,8 +50,10 @@ class Solution:
         """Per rank, its compute actions (F/I/W/B) in start order: what the runner executes."""
         names = self.tasks.names
         R = self.pipe.num_ranks
-        return [[names[t] for t in order if parse_action(names[t])[2] is not None]
-                for order in self.schedule.orders(self.tasks.problem)[:R]]
+        return [
+            [names[t] for t in order if parse_action(names[t])[2] is not None]
+            for order in self.schedule.orders(self.tasks.problem)[:R]
+        ]
 
 
 def complete_orders(tasks: TaskGraph, compute: list[list[str]]) -> list[list[int]]:
@@ -66,8 +68,9 @@ def complete_orders(tasks: TaskGraph, compute: list[list[str]]) -> list[list[int
     last = "W" if g.graph["split_backward"] else "B"
     m = g.graph["num_microbatches"]
     for r in range(R):
-        stages = sorted({g.nodes[a]["stage"] for a in compute[r]},
-                        key=lambda s: max(pos[f"{s}{last}{i}"] for i in range(m)))
+        stages = sorted(
+            {g.nodes[a]["stage"] for a in compute[r]}, key=lambda s: max(pos[f"{s}{last}{i}"] for i in range(m))
+        )
         for s in stages:
             if f"{s}R" in idx:
                 orders[tasks.processor_of_rank(r, network=True)].append(idx[f"{s}R"])
@@ -75,8 +78,9 @@ def complete_orders(tasks: TaskGraph, compute: list[list[str]]) -> list[list[int
     return orders
 
 
-def solve_pipeline(pipe: Pipeline, *, schedule: str | None = None, solver: str | None = None,
-                   objective: str | None = None, **options) -> Solution:
+def solve_pipeline(
+    pipe: Pipeline, *, schedule: str | None = None, solver: str | None = None, objective: str | None = None, **options
+) -> Solution:
     """Schedule ``pipe`` with a template (``schedule``) or a generic solver (``solver``; ``best``
     runs `solve_best`); the result is validated before it is returned."""
     objective = objective or pipe.objective
@@ -87,8 +91,9 @@ def solve_pipeline(pipe: Pipeline, *, schedule: str | None = None, solver: str |
         name = schedule or pipe.default_schedule
         tpl = get_template(name)
         stage_to_rank = placement(pipe.num_stages, pipe.num_ranks, tpl.placement)
-        tasks = to_problem(build_graph(pipe, split_backward=tpl.split_backward, stage_to_rank=stage_to_rank),
-                           pipe.capacity)
+        tasks = to_problem(
+            build_graph(pipe, split_backward=tpl.split_backward, stage_to_rank=stage_to_rank), pipe.capacity
+        )
         compute = template_orders(name, pipe)
         sched = time_orders(tasks.problem, complete_orders(tasks, compute))
         result, method = None, name
@@ -101,8 +106,13 @@ def solve_pipeline(pipe: Pipeline, *, schedule: str | None = None, solver: str |
             raise RuntimeError(f"solver {solver!r} found no schedule ({result.status})")
         sched, method = result.schedule, solver
     validate(tasks.problem, sched)
-    metrics = schedule_metrics(tasks.problem, sched, pipe.num_ranks, objective,
-                               pipeline_bounds(pipe, tasks.graph.graph["stage_to_rank"], objective))
+    metrics = schedule_metrics(
+        tasks.problem,
+        sched,
+        pipe.num_ranks,
+        objective,
+        pipeline_bounds(pipe, tasks.graph.graph["stage_to_rank"], objective),
+    )
     if result is not None:
         metrics["lower_bound"] = max(metrics["lower_bound"], result.lower_bound)
     return Solution(pipe, tasks, sched, method, objective, metrics, time.perf_counter() - t0, result)
@@ -135,8 +145,15 @@ def symmetry_chains(tasks: TaskGraph) -> list[list[int]]:
     return [[idx[f"{s}{k}{i}"] for i in range(m)] for s in range(g.graph["num_stages"]) for k in kinds]
 
 
-def solve_best(pipe: Pipeline, *, objective: str | None = None, time_limit: float = 30.0, workers: int = 2,
-               progress=None, templates: list[str] | None = None) -> Solution:
+def solve_best(
+    pipe: Pipeline,
+    *,
+    objective: str | None = None,
+    time_limit: float = 30.0,
+    workers: int = 2,
+    progress=None,
+    templates: list[str] | None = None,
+) -> Solution:
     """Every template that fits (memory included), list scheduling, then CP-SAT on the split-backward
     graph seeded with the best of them; returns the best validated schedule with its proven bound.
 
@@ -164,17 +181,36 @@ def solve_best(pipe: Pipeline, *, objective: str | None = None, time_limit: floa
         hint = time_orders(tasks.problem, complete_orders(tasks, split_orders(best)))
     heuristic = get_solver("list")(tasks.problem, objective=objective)
     tried["list"] = heuristic.objective if heuristic.schedule is not None else heuristic.status
-    if heuristic.schedule is not None and (hint is None or heuristic.objective < hint.objective(tasks.problem, objective)):
+    if heuristic.schedule is not None and (
+        hint is None or heuristic.objective < hint.objective(tasks.problem, objective)
+    ):
         hint = heuristic.schedule
-    result = get_solver("cpsat")(tasks.problem, objective=objective, time_limit=time_limit, workers=workers,
-                                 hint=hint, symmetry=symmetry_chains(tasks), progress=progress)
+    result = get_solver("cpsat")(
+        tasks.problem,
+        objective=objective,
+        time_limit=time_limit,
+        workers=workers,
+        hint=hint,
+        symmetry=symmetry_chains(tasks),
+        progress=progress,
+    )
     tried["cpsat"] = result.objective if result.schedule is not None else result.status
     if result.schedule is None:
         raise RuntimeError(f"no schedule fits: every template and solver failed ({tried})")
     validate(tasks.problem, result.schedule)
-    metrics = schedule_metrics(tasks.problem, result.schedule, pipe.num_ranks, objective,
-                               pipeline_bounds(pipe, stage_to_rank, objective))
+    metrics = schedule_metrics(
+        tasks.problem, result.schedule, pipe.num_ranks, objective, pipeline_bounds(pipe, stage_to_rank, objective)
+    )
     # CP-SAT's bound holds for the micro-batch-ordered problem, which loses no optimum
     metrics["lower_bound"] = max(metrics["lower_bound"], result.lower_bound)
-    return Solution(pipe, tasks, result.schedule, "best", objective, metrics, time.perf_counter() - t0, result,
-                    info={"candidates": tried, "cpsat_status": result.status})
+    return Solution(
+        pipe,
+        tasks,
+        result.schedule,
+        "best",
+        objective,
+        metrics,
+        time.perf_counter() - t0,
+        result,
+        info={"candidates": tried, "cpsat_status": result.status},
+    )

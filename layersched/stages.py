@@ -76,12 +76,24 @@ def pipeline_from_spec(spec: ProblemSpec, source: str = "problem") -> Pipeline:
         S = p.stages
         full = np.full(S, 1, dtype=np.int64)
         return Pipeline(
-            name=spec.name, num_ranks=S // p.stages_per_rank, num_microbatches=p.microbatches,
-            forward=full * p.forward, backward_input=full * p.backward_input,
-            backward_weight=full * p.backward_weight, transfer=np.full(max(S - 1, 0), p.transfer, np.int64),
-            mem_forward=full * p.memory_forward, mem_freed_by_weight=full * p.memory_freed_by_weight,
-            capacity=p.memory_limit, allreduce=full * 0, optimizer=full * 0, time_unit=p.time_unit, memory_unit=p.memory_unit,
-            default_schedule=p.schedule, default_solver=p.solver, objective=p.objective, static_memory=full * 0,
+            name=spec.name,
+            num_ranks=S // p.stages_per_rank,
+            num_microbatches=p.microbatches,
+            forward=full * p.forward,
+            backward_input=full * p.backward_input,
+            backward_weight=full * p.backward_weight,
+            transfer=np.full(max(S - 1, 0), p.transfer, np.int64),
+            mem_forward=full * p.memory_forward,
+            mem_freed_by_weight=full * p.memory_freed_by_weight,
+            capacity=p.memory_limit,
+            allreduce=full * 0,
+            optimizer=full * 0,
+            time_unit=p.time_unit,
+            memory_unit=p.memory_unit,
+            default_schedule=p.schedule,
+            default_solver=p.solver,
+            objective=p.objective,
+            static_memory=full * 0,
         )
     return _model_pipeline(spec, source)
 
@@ -93,16 +105,29 @@ def _model_pipeline(spec: ProblemSpec, source: str) -> Pipeline:
     assert model is not None and cluster is not None and train is not None
     ranks = train.pipeline
     if ranks * train.data_parallel > cluster.num_devices:
-        raise SpecError(f"{source}: training: pipeline x data_parallel = {ranks * train.data_parallel} "
-                        f"devices, but the cluster has {cluster.num_devices}; lower them or add devices")
+        raise SpecError(
+            f"{source}: training: pipeline x data_parallel = {ranks * train.data_parallel} "
+            f"devices, but the cluster has {cluster.num_devices}; lower them or add devices"
+        )
     layers = model_layers(model, cluster.device, train.microbatch_size)
     S = ranks * train.stages_per_rank
     if len(layers) < S:
-        raise SpecError(f"{source}: training.pipeline: {S} stages need at least {S} layers, the model has "
-                        f"{len(layers)}; lower pipeline or stages_per_rank")
-    tot = {f: np.array([layer.total(f) for layer in layers]) for f in
-           ("forward", "backward_input", "backward_weight", "activation_bytes", "kept_for_weight_grad",
-            "param_bytes", "output_bytes")}
+        raise SpecError(
+            f"{source}: training.pipeline: {S} stages need at least {S} layers, the model has "
+            f"{len(layers)}; lower pipeline or stages_per_rank"
+        )
+    tot = {
+        f: np.array([layer.total(f) for layer in layers])
+        for f in (
+            "forward",
+            "backward_input",
+            "backward_weight",
+            "activation_bytes",
+            "kept_for_weight_grad",
+            "param_bytes",
+            "output_bytes",
+        )
+    }
     parts = contiguous_partition(tot["forward"] + tot["backward_input"] + tot["backward_weight"], S)
 
     def per_stage(f: str, scale: float = 1.0) -> np.ndarray:
@@ -111,33 +136,59 @@ def _model_pipeline(spec: ProblemSpec, source: str) -> Pipeline:
     ns = float(NS_PER_SECOND)
     params = per_stage("param_bytes")
     # the stage's output crosses to the next stage's rank: same node unless the cluster says not
-    transfer = _ints([round(cluster.link(s % ranks, (s + 1) % ranks).time(tot["output_bytes"][parts[s][-1]]) * ns)
-                      for s in range(S - 1)])
+    transfer = _ints(
+        [
+            round(cluster.link(s % ranks, (s + 1) % ranks).time(tot["output_bytes"][parts[s][-1]]) * ns)
+            for s in range(S - 1)
+        ]
+    )
     dp = train.data_parallel
     # ring all-reduce of the stage's gradients across the data-parallel replicas (across nodes when
     # the replicas sit on different nodes, i.e. devices pipeline*k apart)
     dp_link = cluster.link(0, ranks) if dp > 1 else cluster.intra_node
-    allreduce = _ints([round((2 * (dp - 1) / dp * b / dp_link.bandwidth + 2 * (dp - 1) * dp_link.latency) * ns)
-                       if dp > 1 else 0 for b in params])
+    allreduce = _ints(
+        [
+            round((2 * (dp - 1) / dp * b / dp_link.bandwidth + 2 * (dp - 1) * dp_link.latency) * ns) if dp > 1 else 0
+            for b in params
+        ]
+    )
     # optimizer step: memory bound, reads and writes weights, grads and optimizer state
     dev = cluster.device
     per_param_bytes = 2 + train.optimizer_bytes_per_param  # grads + state, per parameter byte pair
-    optimizer = _ints([round(b / model.dtype_bytes * per_param_bytes * 2 / (dev.memory_bandwidth * dev.bandwidth_efficiency) * ns)
-                       for b in params])
+    optimizer = _ints(
+        [
+            round(b / model.dtype_bytes * per_param_bytes * 2 / (dev.memory_bandwidth * dev.bandwidth_efficiency) * ns)
+            for b in params
+        ]
+    )
     static = _ints([round(b * (2 + train.optimizer_bytes_per_param / model.dtype_bytes)) for b in params])
     static_per_rank = np.zeros(ranks, dtype=np.int64)
     np.add.at(static_per_rank, np.arange(S) % ranks, static)
     capacity = train.memory_limit or int(dev.memory_bytes - static_per_rank.max())
     if capacity <= 0:
-        raise SpecError(f"{source}: training.pipeline: weights and optimizer state need "
-                        f"{static_per_rank.max() / 2**30:.1f} GiB on one device, more than its "
-                        f"{dev.memory_bytes / 2**30:.1f} GiB; use more pipeline stages")
+        raise SpecError(
+            f"{source}: training.pipeline: weights and optimizer state need "
+            f"{static_per_rank.max() / 2**30:.1f} GiB on one device, more than its "
+            f"{dev.memory_bytes / 2**30:.1f} GiB; use more pipeline stages"
+        )
     return Pipeline(
-        name=spec.name, num_ranks=ranks, num_microbatches=train.microbatches,
-        forward=per_stage("forward", ns), backward_input=per_stage("backward_input", ns),
-        backward_weight=per_stage("backward_weight", ns), transfer=transfer,
-        mem_forward=per_stage("activation_bytes"), mem_freed_by_weight=per_stage("kept_for_weight_grad"),
-        capacity=capacity, allreduce=allreduce, optimizer=optimizer, data_parallel=dp, time_unit="ns",
-        stage_layers=[[layers[i].name for i in idx] for idx in parts], default_schedule=train.schedule,
-        default_solver=train.solver, objective=train.objective, static_memory=static,
+        name=spec.name,
+        num_ranks=ranks,
+        num_microbatches=train.microbatches,
+        forward=per_stage("forward", ns),
+        backward_input=per_stage("backward_input", ns),
+        backward_weight=per_stage("backward_weight", ns),
+        transfer=transfer,
+        mem_forward=per_stage("activation_bytes"),
+        mem_freed_by_weight=per_stage("kept_for_weight_grad"),
+        capacity=capacity,
+        allreduce=allreduce,
+        optimizer=optimizer,
+        data_parallel=dp,
+        time_unit="ns",
+        stage_layers=[[layers[i].name for i in idx] for idx in parts],
+        default_schedule=train.schedule,
+        default_solver=train.solver,
+        objective=train.objective,
+        static_memory=static,
     )

@@ -10,7 +10,24 @@ from solvers.simulate import Deadlock, time_orders
 from solvers.validate import InvalidSchedule, Violation, memory_profile, peak_memory, validate, violations
 
 __all__ = [
-    "OBJECTIVES", "UNLIMITED", "Deadlock", "InvalidSchedule", "Problem", "Result", "Schedule",
-    "Violation", "get_solver", "heads_tails", "lower_bound", "lower_bounds", "memory_profile",
-    "peak_memory", "register", "solve", "solver_names", "time_orders", "validate", "violations",
+    "OBJECTIVES",
+    "UNLIMITED",
+    "Deadlock",
+    "InvalidSchedule",
+    "Problem",
+    "Result",
+    "Schedule",
+    "Violation",
+    "get_solver",
+    "heads_tails",
+    "lower_bound",
+    "lower_bounds",
+    "memory_profile",
+    "peak_memory",
+    "register",
+    "solve",
+    "solver_names",
+    "time_orders",
+    "validate",
+    "violations",
 ]

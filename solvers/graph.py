@@ -43,8 +43,9 @@ def topological_order(n: int, edges: np.ndarray) -> np.ndarray:
     return np.asarray(order, dtype=np.int64)
 
 
-def longest_from_sources(order: np.ndarray, n: int, edges: np.ndarray, weight_node: np.ndarray,
-                         weight_edge: np.ndarray) -> np.ndarray:
+def longest_from_sources(
+    order: np.ndarray, n: int, edges: np.ndarray, weight_node: np.ndarray, weight_edge: np.ndarray
+) -> np.ndarray:
     """Earliest start of each node: the longest path ending just before it, where a path's length
     adds the durations of its nodes and the weights of its edges."""
     head = np.zeros(n, dtype=np.int64)
@@ -57,15 +58,16 @@ def longest_from_sources(order: np.ndarray, n: int, edges: np.ndarray, weight_no
     src, dst = edges[e_order, 0].tolist(), edges[e_order, 1].tolist()
     w = (weight_node[edges[e_order, 0]] + weight_edge[e_order]).tolist()
     h = head.tolist()
-    for u, v, ww in zip(src, dst, w):
+    for u, v, ww in zip(src, dst, w, strict=False):
         c = h[u] + ww
         if c > h[v]:
             h[v] = c
     return np.asarray(h, dtype=np.int64)
 
 
-def longest_to_sinks(order: np.ndarray, n: int, edges: np.ndarray, weight_node: np.ndarray,
-                     weight_edge: np.ndarray) -> np.ndarray:
+def longest_to_sinks(
+    order: np.ndarray, n: int, edges: np.ndarray, weight_node: np.ndarray, weight_edge: np.ndarray
+) -> np.ndarray:
     """Tail of each node: the longest path from its end to the end of the graph."""
     rev = edges[:, ::-1]
     return longest_from_sources(order[::-1].copy(), n, rev, weight_node, weight_edge)

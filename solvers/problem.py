@@ -120,8 +120,7 @@ class Problem:
             raise ValueError(f"mem_delta: expected {n} values, got {len(mem)}")
         set_(self, "mem_delta", mem)
         P = self.num_processors
-        cap = _int_array(self.capacity if self.capacity is not None else np.full(P, UNLIMITED),
-                         "capacity", 1)
+        cap = _int_array(self.capacity if self.capacity is not None else np.full(P, UNLIMITED), "capacity", 1)
         if len(cap) != P or (cap < 0).any():
             raise ValueError(f"capacity: expected {P} non-negative values")
         set_(self, "capacity", cap)

@@ -54,8 +54,9 @@ def check_orders(problem: Problem, orders: Sequence[Sequence[int]]) -> np.ndarra
         proc[idx] = q
     missing = np.flatnonzero(proc < 0)
     if len(missing):
-        raise ValueError(f"{problem.task_label(int(missing[0]))} is in no processor's order "
-                         f"({len(missing)} tasks missing)")
+        raise ValueError(
+            f"{problem.task_label(int(missing[0]))} is in no processor's order ({len(missing)} tasks missing)"
+        )
     bad = np.flatnonzero(~problem.allowed[np.arange(problem.num_tasks), proc])
     if len(bad):
         t = int(bad[0])
@@ -74,8 +75,12 @@ def time_orders(problem: Problem, orders: Sequence[Sequence[int]]) -> Schedule:
     proc = check_orders(problem, orders)
     src, dst = problem.edges[:, 0], problem.edges[:, 1]
     w = np.where(proc[src] != proc[dst], problem.delay, 0)
-    chain_src = np.concatenate([np.asarray(o[:-1], dtype=np.int64) for o in orders if len(o) > 1] or [np.zeros(0, np.int64)])
-    chain_dst = np.concatenate([np.asarray(o[1:], dtype=np.int64) for o in orders if len(o) > 1] or [np.zeros(0, np.int64)])
+    chain_src = np.concatenate(
+        [np.asarray(o[:-1], dtype=np.int64) for o in orders if len(o) > 1] or [np.zeros(0, np.int64)]
+    )
+    chain_dst = np.concatenate(
+        [np.asarray(o[1:], dtype=np.int64) for o in orders if len(o) > 1] or [np.zeros(0, np.int64)]
+    )
     all_src = np.concatenate([src, chain_src])
     all_dst = np.concatenate([dst, chain_dst])
     all_w = np.concatenate([w, np.zeros(len(chain_src), dtype=np.int64)])

@@ -4,10 +4,10 @@ Example
 -------
 >>> from solvers import Problem, Schedule, validate
 >>> p = Problem(duration=[2, 3], num_processors=2, edges=[[0, 1]], delay=[1])
->>> validate(p, Schedule(processor=[0, 1], start=[0, 2]))
+>>> validate(p, Schedule(processor=[0, 1], start=[0, 2]))  # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...
-solvers.validate.InvalidSchedule: precedence: task 1 starts at 2 but task 0 ends at 2 and the transfer takes 1 more (short by 1)
+solvers.validate.InvalidSchedule: precedence: task 1 starts at 2 but task 0 ends at 2 and the transfer ... (short by 1)
 """
 
 from __future__ import annotations
@@ -46,8 +46,14 @@ def violations(problem: Problem, schedule: Schedule, limit: int = 20) -> list[Vi
     start, affinity, precedence, overlap, memory."""
     n, lab = problem.num_tasks, problem.task_label
     if len(schedule.start) != n:
-        return [Violation("shape", -1, abs(len(schedule.start) - n),
-                          f"the schedule has {len(schedule.start)} tasks, the problem {n}")]
+        return [
+            Violation(
+                "shape",
+                -1,
+                abs(len(schedule.start) - n),
+                f"the schedule has {len(schedule.start)} tasks, the problem {n}",
+            )
+        ]
     out: list[Violation] = []
     proc, start = schedule.processor, schedule.start
     end = start + problem.duration
@@ -59,8 +65,7 @@ def violations(problem: Problem, schedule: Schedule, limit: int = 20) -> list[Vi
         return out
     bad = np.flatnonzero(~problem.allowed[np.arange(n), proc])
     for t in bad[:limit].tolist():
-        out.append(Violation("processor", t, 1,
-                             f"{lab(t)} may not run on {problem.processor_label(int(proc[t]))}"))
+        out.append(Violation("processor", t, 1, f"{lab(t)} may not run on {problem.processor_label(int(proc[t]))}"))
     bad = np.flatnonzero(start < 0)
     for t in bad[:limit].tolist():
         out.append(Violation("start", t, int(-start[t]), f"{lab(t)} starts at {start[t]} < 0"))
@@ -74,8 +79,15 @@ def violations(problem: Problem, schedule: Schedule, limit: int = 20) -> list[Vi
         split = np.flatnonzero(same & (proc[members[1:]] != proc[members[:-1]]))
         for k in split[:limit].tolist():
             a, b = int(members[k]), int(members[k + 1])
-            out.append(Violation("affinity", b, 1, f"{lab(b)} is on {problem.processor_label(int(proc[b]))} "
-                                 f"but {lab(a)} of the same group is on {problem.processor_label(int(proc[a]))}"))
+            out.append(
+                Violation(
+                    "affinity",
+                    b,
+                    1,
+                    f"{lab(b)} is on {problem.processor_label(int(proc[b]))} "
+                    f"but {lab(a)} of the same group is on {problem.processor_label(int(proc[a]))}",
+                )
+            )
 
     if len(problem.edges):
         u, v = problem.edges[:, 0], problem.edges[:, 1]
@@ -84,9 +96,14 @@ def violations(problem: Problem, schedule: Schedule, limit: int = 20) -> list[Vi
         for e in np.flatnonzero(short > 0)[:limit].tolist():
             a, b, d = int(u[e]), int(v[e]), int(need[e] - end[u[e]])
             extra = f" and the transfer takes {d} more" if d else ""
-            out.append(Violation("precedence", b, int(short[e]),
-                                 f"{lab(b)} starts at {start[b]} but {lab(a)} ends at {end[a]}{extra} "
-                                 f"(short by {short[e]})"))
+            out.append(
+                Violation(
+                    "precedence",
+                    b,
+                    int(short[e]),
+                    f"{lab(b)} starts at {start[b]} but {lab(a)} ends at {end[a]}{extra} (short by {short[e]})",
+                )
+            )
 
     order = np.lexsort((start, proc))
     p_sorted, s_sorted, e_sorted = proc[order], start[order], end[order]
@@ -106,9 +123,15 @@ def violations(problem: Problem, schedule: Schedule, limit: int = 20) -> list[Vi
             # the task it overlaps: the latest-ending earlier task on that processor segment
             lo = int(np.flatnonzero(newproc[: k + 1])[-1])
             a = int(o2[lo + int(np.argmax(e2[lo:k]))])
-            out.append(Violation("overlap", t, int(prev_end[k] - s2[k]),
-                                 f"{lab(t)} starts at {s2[k]} on {problem.processor_label(int(p2[k]))} "
-                                 f"while {lab(a)} runs until {end[a]} (overlap {prev_end[k] - s2[k]})"))
+            out.append(
+                Violation(
+                    "overlap",
+                    t,
+                    int(prev_end[k] - s2[k]),
+                    f"{lab(t)} starts at {s2[k]} on {problem.processor_label(int(p2[k]))} "
+                    f"while {lab(a)} runs until {end[a]} (overlap {prev_end[k] - s2[k]})",
+                )
+            )
 
     out.extend(memory_violations(problem, schedule, limit))
     return out
@@ -145,9 +168,15 @@ def memory_violations(problem: Problem, schedule: Schedule, limit: int = 20) -> 
         over = np.flatnonzero(usage > cap)
         for k in over[:1].tolist():  # the first overflow per processor says enough
             t = int(task[k])
-            out.append(Violation("memory", t, int(usage[k] - cap),
-                                 f"{problem.task_label(t)} raises memory on {problem.processor_label(q)} "
-                                 f"to {usage[k]}, over the capacity {cap} by {usage[k] - cap}"))
+            out.append(
+                Violation(
+                    "memory",
+                    t,
+                    int(usage[k] - cap),
+                    f"{problem.task_label(t)} raises memory on {problem.processor_label(q)} "
+                    f"to {usage[k]}, over the capacity {cap} by {usage[k] - cap}",
+                )
+            )
         if len(out) >= limit:
             break
     return out

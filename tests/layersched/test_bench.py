@@ -30,8 +30,10 @@ def test_suite_rows_are_validated_results_or_reasons():
 
 
 def test_bench_cli_writes_table_csv_and_plot(tmp_path, capsys):
-    assert main(["bench", str(DATA / "suite-small.yaml"), "--out-dir", str(tmp_path), "--quiet",
-                 "--methods", "1f1b,list"]) == 0
+    assert (
+        main(["bench", str(DATA / "suite-small.yaml"), "--out-dir", str(tmp_path), "--quiet", "--methods", "1f1b,list"])
+        == 0
+    )
     assert "suite suite-small" in capsys.readouterr().out
     rows = list(csv.DictReader((tmp_path / "suite-small.csv").open()))
     assert [r["method"] for r in rows] == ["1f1b", "list"] * 3
@@ -46,13 +48,43 @@ def test_unknown_method_is_named():
 def test_solve_best_is_never_worse_than_any_template(tmp_path):
     pytest.importorskip("ortools")
     out = tmp_path / "best.json"
-    assert main(["solve", str(DATA / "zb-1.5b.yaml"), "--solver", "best", "--time-limit", "3",
-                 "--microbatches", "10", "--out", str(out), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "solve",
+                str(DATA / "zb-1.5b.yaml"),
+                "--solver",
+                "best",
+                "--time-limit",
+                "3",
+                "--microbatches",
+                "10",
+                "--out",
+                str(out),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     doc = load_schedule(out)
     validate(*to_problem(doc))
     for name in ("1f1b", "1f1b-split"):
         ref = tmp_path / f"{name}.json"
-        assert main(["solve", str(DATA / "zb-1.5b.yaml"), "--schedule", name, "--microbatches", "10",
-                     "--out", str(ref), "--quiet"]) == 0
+        assert (
+            main(
+                [
+                    "solve",
+                    str(DATA / "zb-1.5b.yaml"),
+                    "--schedule",
+                    name,
+                    "--microbatches",
+                    "10",
+                    "--out",
+                    str(ref),
+                    "--quiet",
+                ]
+            )
+            == 0
+        )
         assert doc.metrics["value"] <= load_schedule(ref).metrics["value"]
     assert doc.metrics["lower_bound"] <= doc.metrics["value"]

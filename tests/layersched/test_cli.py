@@ -19,8 +19,9 @@ DATA = ROOT / "tests" / "data"
 
 
 def run_cli(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "layersched.cli", *map(str, args)], capture_output=True,
-                          text=True, cwd=ROOT, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "layersched.cli", *map(str, args)], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
 
 
 def test_solve_show_validate_export(tmp_path, capsys):
@@ -67,7 +68,10 @@ def test_errors_are_one_line_exit_2_no_traceback(tmp_path):
     bad.write_text((DATA / "zb-1.5b.yaml").read_text().replace("  forward:", "  forwrd:"))
     r = run_cli("solve", bad, "--out", tmp_path / "x.json")
     assert r.returncode == 2
-    assert r.stderr.strip() == f"layersched solve: error: {bad}: pipeline.forwrd: unknown key; did you mean 'forward'? (and 1 more errors)"
+    assert (
+        r.stderr.strip()
+        == f"layersched solve: error: {bad}: pipeline.forwrd: unknown key; did you mean 'forward'? (and 1 more errors)"
+    )
     assert "Traceback" not in r.stderr and not (tmp_path / "x.json").exists()
     r = run_cli("solve", DATA / "zb-1.5b.yaml", "--schedule", "nope")
     assert r.returncode == 2 and "unknown schedule 'nope'; valid: " in r.stderr
@@ -93,11 +97,15 @@ def test_validate_rejects_edited_file_naming_the_task(tmp_path):
 
 
 def test_import_layersched_loads_no_torch_and_solvers_loads_no_layersched():
-    code = ("import sys, layersched.cli, layersched.solve, layersched.export; "
-            "assert 'torch' not in sys.modules, 'torch imported'")
+    code = (
+        "import sys, layersched.cli, layersched.solve, layersched.export; "
+        "assert 'torch' not in sys.modules, 'torch imported'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
-    code = ("import sys, solvers; bad = [m for m in sys.modules if m.split('.')[0] in "
-            "('layersched', 'pydantic', 'torch', 'ortools')]; assert not bad, bad")
+    code = (
+        "import sys, solvers; bad = [m for m in sys.modules if m.split('.')[0] in "
+        "('layersched', 'pydantic', 'torch', 'ortools')]; assert not bad, bad"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
 
@@ -105,8 +113,12 @@ def test_built_wheel_works_outside_the_checkout(tmp_path):
     """Build the wheel, install it into a fresh virtual environment and run the CLI from elsewhere."""
     pytest.importorskip("build")
     dist = tmp_path / "dist"
-    subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist), str(ROOT)],
-                   check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist), str(ROOT)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     wheel = next(dist.glob("layersched-*.whl"))
     import zipfile
 
@@ -122,12 +134,24 @@ def test_built_wheel_works_outside_the_checkout(tmp_path):
     work.mkdir()
     shutil.copy(DATA / "zb-1.5b.yaml", work)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    where = subprocess.run([py, "-c", "import layersched, solvers; print(layersched.__file__, solvers.__file__)"],
-                           cwd=work, env=env, capture_output=True, text=True, check=True).stdout
+    where = subprocess.run(
+        [py, "-c", "import layersched, solvers; print(layersched.__file__, solvers.__file__)"],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert str(ROOT) not in where, f"imported from the checkout: {where}"
     exe = env_dir / "bin" / "layersched"
-    r = subprocess.run([exe, "solve", "zb-1.5b.yaml", "--out", "s.json"], cwd=work, env=env,
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [exe, "solve", "zb-1.5b.yaml", "--out", "s.json"],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     assert "bubble rate 0.2431" in r.stdout
     r = subprocess.run([exe, "validate", "s.json"], cwd=work, env=env, capture_output=True, text=True, timeout=120)

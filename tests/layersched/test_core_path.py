@@ -36,9 +36,25 @@ ZB_SETTINGS = [
 def zb_pipeline(p, m, F, I, W, c, h, a, limit_factor=1, **extra):
     s = 1024
     mem = 34 * h + 5 * a * s
-    return pipeline_from_spec(ProblemSpec.model_validate({"name": "zb", "pipeline": dict(
-        stages=p, microbatches=m, forward=F, backward_input=I, backward_weight=W, transfer=c,
-        memory_forward=mem, memory_freed_by_weight=32 * h, memory_limit=limit_factor * p * mem, **extra)}))
+    return pipeline_from_spec(
+        ProblemSpec.model_validate(
+            {
+                "name": "zb",
+                "pipeline": dict(
+                    stages=p,
+                    microbatches=m,
+                    forward=F,
+                    backward_input=I,
+                    backward_weight=W,
+                    transfer=c,
+                    memory_forward=mem,
+                    memory_freed_by_weight=32 * h,
+                    memory_limit=limit_factor * p * mem,
+                    **extra,
+                ),
+            }
+        )
+    )
 
 
 @pytest.mark.parametrize("setting", ZB_SETTINGS, ids=["1.5B", "6.2B", "14.6B"])
@@ -120,7 +136,9 @@ def test_bad_input_is_one_line_naming_file_field_and_fix(tmp_path):
         load_problem(bad)
     msg = str(err.value)
     assert msg == f"{bad}: pipeline.transfr: unknown key; remove it or check its spelling"
-    bad.write_text("name: x\npipeline: {stages: 2, microbatches: 0, forward: 1, backward_input: 1, backward_weight: 1}\n")
+    bad.write_text(
+        "name: x\npipeline: {stages: 2, microbatches: 0, forward: 1, backward_input: 1, backward_weight: 1}\n"
+    )
     with pytest.raises(SpecError, match=r"bad.yaml: pipeline.microbatches: Input should be greater than or equal to 1"):
         load_problem(bad)
     bad.write_text("name: x\nmodel: {name: m, layers: []}\n")

@@ -17,10 +17,12 @@ A100 = DeviceSpec(name="A100", peak_flops=312e12, memory_bandwidth=2.0e12, memor
 V100 = DeviceSpec(name="V100", peak_flops=125e12, memory_bandwidth=900e9, memory_bytes=32 * GiB)
 
 
-def gpt(num_layers: int = 24, hidden: int = 2048, heads: int = 16, seq_len: int = 2048,
-        vocab: int = 50257, **kw) -> TransformerArch:
-    return TransformerArch(family="transformer", num_layers=num_layers, hidden=hidden, heads=heads,
-                           seq_len=seq_len, vocab=vocab, **kw)
+def gpt(
+    num_layers: int = 24, hidden: int = 2048, heads: int = 16, seq_len: int = 2048, vocab: int = 50257, **kw
+) -> TransformerArch:
+    return TransformerArch(
+        family="transformer", num_layers=num_layers, hidden=hidden, heads=heads, seq_len=seq_len, vocab=vocab, **kw
+    )
 
 
 def total(layers: list[LayerSpec], field: str) -> float:
@@ -42,14 +44,17 @@ def memory_time(nbytes: float, device: DeviceSpec) -> float:
 
 
 # -- published counts --------------------------------------------------------------------------------
-@pytest.mark.parametrize(("family", "published", "tolerance", "torchvision"), [
-    ("resnet50", 25.6e6, 0.02, 25_557_032),
-    ("resnet101", 44.5e6, 0.03, 44_549_160),
-    ("vgg16", 138.4e6, 0.03, 138_357_544),
-    ("mobilenetv2", 3.5e6, 0.03, 3_504_872),
-    ("mobilenetv3", 5.5e6, 0.03, 5_483_032),
-    ("densenet121", 8.0e6, 0.03, 7_978_856),
-])
+@pytest.mark.parametrize(
+    ("family", "published", "tolerance", "torchvision"),
+    [
+        ("resnet50", 25.6e6, 0.02, 25_557_032),
+        ("resnet101", 44.5e6, 0.03, 44_549_160),
+        ("vgg16", 138.4e6, 0.03, 138_357_544),
+        ("mobilenetv2", 3.5e6, 0.03, 3_504_872),
+        ("mobilenetv3", 5.5e6, 0.03, 5_483_032),
+        ("densenet121", 8.0e6, 0.03, 7_978_856),
+    ],
+)
 def test_cnn_parameter_counts(family, published, tolerance, torchvision):
     layers = build_layers(CNNArch(family=family), V100, microbatch_size=1)
     count = parameter_count(layers)
@@ -57,14 +62,17 @@ def test_cnn_parameter_counts(family, published, tolerance, torchvision):
     assert count == torchvision  # the reference implementation's exact count
 
 
-@pytest.mark.parametrize(("family", "gflops", "tolerance"), [
-    ("resnet50", 8.2, 0.02),  # 4.1 GMAC
-    ("vgg16", 31.0, 0.02),  # 15.5 GMAC
-    ("mobilenetv2", 0.6, 0.10),  # 0.3 GMAC
-    ("resnet101", 15.6, 0.02),  # torchvision: 7.80 GMAC
-    ("mobilenetv3", 0.44, 0.03),  # torchvision: 0.22 GMAC
-    ("densenet121", 5.66, 0.02),  # torchvision: 2.83 GMAC
-])
+@pytest.mark.parametrize(
+    ("family", "gflops", "tolerance"),
+    [
+        ("resnet50", 8.2, 0.02),  # 4.1 GMAC
+        ("vgg16", 31.0, 0.02),  # 15.5 GMAC
+        ("mobilenetv2", 0.6, 0.10),  # 0.3 GMAC
+        ("resnet101", 15.6, 0.02),  # torchvision: 7.80 GMAC
+        ("mobilenetv3", 0.44, 0.03),  # torchvision: 0.22 GMAC
+        ("densenet121", 5.66, 0.02),  # torchvision: 2.83 GMAC
+    ],
+)
 def test_cnn_forward_flops(family, gflops, tolerance):
     layers = build_layers(CNNArch(family=family), V100, microbatch_size=1)
     assert total(layers, "flops_forward") == pytest.approx(gflops * 1e9, rel=tolerance)
@@ -79,11 +87,14 @@ def test_cnn_flops_grow_with_pixels_and_batch():
     assert batch == pytest.approx(8 * small, rel=1e-12)
 
 
-@pytest.mark.parametrize(("arch", "low", "high"), [
-    (gpt(), 1.3e9 * 0.95, 1.3e9 * 1.05),  # GPT-3 XL
-    (gpt(num_layers=32, hidden=2560, heads=32), 2.7e9 * 0.95, 2.7e9 * 1.05),
-    (gpt(hidden=1024, heads=16, seq_len=512, vocab=30522, causal=False), 335e6, 340e6),  # BERT-large
-])
+@pytest.mark.parametrize(
+    ("arch", "low", "high"),
+    [
+        (gpt(), 1.3e9 * 0.95, 1.3e9 * 1.05),  # GPT-3 XL
+        (gpt(num_layers=32, hidden=2560, heads=32), 2.7e9 * 0.95, 2.7e9 * 1.05),
+        (gpt(hidden=1024, heads=16, seq_len=512, vocab=30522, causal=False), 335e6, 340e6),  # BERT-large
+    ],
+)
 def test_transformer_parameter_counts(arch, low, high):
     assert low <= parameter_count(build_layers(arch, A100, microbatch_size=1)) <= high
 
@@ -109,8 +120,7 @@ def test_transformer_forward_flops_match_megatron():
 
 # -- memory --------------------------------------------------------------------------------------------
 @settings(max_examples=40, deadline=None)
-@given(heads=st.integers(1, 16), head_dim=st.integers(1, 64), seq_len=st.integers(1, 512),
-       b=st.integers(1, 8))
+@given(heads=st.integers(1, 16), head_dim=st.integers(1, 64), seq_len=st.integers(1, 512), b=st.integers(1, 8))
 def test_block_activation_bytes_are_korthikanti(heads, head_dim, seq_len, b):
     h, s, a = heads * head_dim, seq_len, heads
     arch = gpt(num_layers=2, hidden=h, heads=a, seq_len=s, vocab=100)
@@ -204,10 +214,21 @@ def test_faster_device_is_faster_for_every_leaf():
 
 
 # -- structure -----------------------------------------------------------------------------------------
-ARCHS = [gpt(num_layers=2), gpt(num_layers=2, causal=False), MLPArch(family="mlp", widths=[8, 16, 4]),
-         *(CNNArch(family=f) for f in ("resnet50", "vgg16", "mobilenetv2", "mobilenetv3", "densenet121"))]
-FIELDS = ("forward", "backward_input", "backward_weight", "activation_bytes", "kept_for_weight_grad",
-          "param_bytes", "flops_forward")
+ARCHS = [
+    gpt(num_layers=2),
+    gpt(num_layers=2, causal=False),
+    MLPArch(family="mlp", widths=[8, 16, 4]),
+    *(CNNArch(family=f) for f in ("resnet50", "vgg16", "mobilenetv2", "mobilenetv3", "densenet121")),
+]
+FIELDS = (
+    "forward",
+    "backward_input",
+    "backward_weight",
+    "activation_bytes",
+    "kept_for_weight_grad",
+    "param_bytes",
+    "flops_forward",
+)
 
 
 ARCH_IDS = ["gpt", "bert", "mlp", "resnet50", "vgg16", "mobilenetv2", "mobilenetv3", "densenet121"]

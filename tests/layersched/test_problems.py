@@ -13,9 +13,11 @@ from layersched.costmodel import model_layers, parameter_count
 
 PROBLEMS = Path(__file__).resolve().parents[2] / "problems"
 CLUSTERS = PROBLEMS / "clusters"
+SUITES = PROBLEMS / "suites"
 ALL_FILES = sorted(p for p in PROBLEMS.rglob("*") if p.suffix in (".yaml", ".yml", ".json"))
 CLUSTER_FILES = [p for p in ALL_FILES if CLUSTERS in p.parents]
-PROBLEM_FILES = [p for p in ALL_FILES if CLUSTERS not in p.parents]
+SUITE_FILES = [p for p in ALL_FILES if SUITES in p.parents]
+PROBLEM_FILES = [p for p in ALL_FILES if CLUSTERS not in p.parents and SUITES not in p.parents]
 GiB = 2**30
 
 
@@ -25,10 +27,23 @@ def rel(path: Path) -> str:
 
 def test_the_bundled_files_are_there():
     names = {rel(p) for p in ALL_FILES}
-    expected = {"gpt3-1.3b-a100.yaml", "gpt3-2.7b-a100.yaml", "bert-large-v100.yaml", "resnet50-v100.yaml",
-                "mobilenetv2-v100.yaml", "vgg16-v100.yaml", "gpt3-1.3b-h100.yaml", "mlp-tiny.yaml",
-                "zb-1.5b.yaml", "zb-6.2b.yaml", "zb-14.6b.yaml", "clusters/v100-8.yaml",
-                "clusters/a100-8.yaml", "clusters/h100-8.yaml", "clusters/a100-2x8.yaml"}
+    expected = {
+        "gpt3-1.3b-a100.yaml",
+        "gpt3-2.7b-a100.yaml",
+        "bert-large-v100.yaml",
+        "resnet50-v100.yaml",
+        "mobilenetv2-v100.yaml",
+        "vgg16-v100.yaml",
+        "gpt3-1.3b-h100.yaml",
+        "mlp-tiny.yaml",
+        "zb-1.5b.yaml",
+        "zb-6.2b.yaml",
+        "zb-14.6b.yaml",
+        "clusters/v100-8.yaml",
+        "clusters/a100-8.yaml",
+        "clusters/h100-8.yaml",
+        "clusters/a100-2x8.yaml",
+    }
     assert expected <= names
 
 
@@ -107,8 +122,14 @@ def test_problem_files_load(path):
 
 
 MODEL_SIZES = {  # parameters of the bundled models, from their papers
-    "gpt3-1.3b-a100": 1.3e9, "gpt3-1.3b-h100": 1.3e9, "gpt3-2.7b-a100": 2.7e9, "gpt3-2.7b-a100-2x8": 2.7e9,
-    "bert-large-v100": 340e6, "resnet50-v100": 25.6e6, "vgg16-v100": 138e6, "mobilenetv2-v100": 3.5e6,
+    "gpt3-1.3b-a100": 1.3e9,
+    "gpt3-1.3b-h100": 1.3e9,
+    "gpt3-2.7b-a100": 2.7e9,
+    "gpt3-2.7b-a100-2x8": 2.7e9,
+    "bert-large-v100": 340e6,
+    "resnet50-v100": 25.6e6,
+    "vgg16-v100": 138e6,
+    "mobilenetv2-v100": 3.5e6,
 }
 
 
@@ -149,3 +170,13 @@ def test_zero_bubble_settings(name):
     # the comment names the model the numbers come from
     comment = re.search(r"hidden h = (\d+), heads a = (\d+), sequence length s = (\d+)", path.read_text())
     assert comment and tuple(map(int, comment.groups())) == (h, a, s)
+
+
+@pytest.mark.parametrize("path", SUITE_FILES, ids=rel)
+def test_suite_files_name_existing_problems_and_methods(path):
+    from layersched.bench import SuiteSpec, check_methods
+
+    suite = load_spec(path, SuiteSpec)
+    for prob in suite.problems:
+        load_problem(path.parent / prob.path)
+    check_methods(path, suite.methods)
