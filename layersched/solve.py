@@ -185,6 +185,7 @@ def solve_best(
         hint is None or heuristic.objective < hint.objective(tasks.problem, objective)
     ):
         hint = heuristic.schedule
+    known = pipeline_bounds(pipe, stage_to_rank, objective)
     result = get_solver("cpsat")(
         tasks.problem,
         objective=objective,
@@ -193,14 +194,13 @@ def solve_best(
         hint=hint,
         symmetry=symmetry_chains(tasks),
         progress=progress,
+        known_bound=max(known.values(), default=0),
     )
     tried["cpsat"] = result.objective if result.schedule is not None else result.status
     if result.schedule is None:
         raise RuntimeError(f"no schedule fits: every template and solver failed ({tried})")
     validate(tasks.problem, result.schedule)
-    metrics = schedule_metrics(
-        tasks.problem, result.schedule, pipe.num_ranks, objective, pipeline_bounds(pipe, stage_to_rank, objective)
-    )
+    metrics = schedule_metrics(tasks.problem, result.schedule, pipe.num_ranks, objective, known)
     # CP-SAT's bound holds for the micro-batch-ordered problem, which loses no optimum
     metrics["lower_bound"] = max(metrics["lower_bound"], result.lower_bound)
     return Solution(

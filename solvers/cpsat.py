@@ -58,6 +58,7 @@ def cpsat(
     progress: Callable[[dict], None] | None = None,
     log: bool = False,
     keep_processor: np.ndarray | None = None,
+    known_bound: int = 0,
     order_pairs: np.ndarray | None = None,
 ) -> Result:
     """Solve ``problem`` with CP-SAT within ``time_limit`` seconds.
@@ -76,6 +77,9 @@ def cpsat(
     symmetry : list of task chains, optional
         Tasks that are interchangeable, in the order they must start (``start[a] <= start[b]`` for
         consecutive ones). The caller vouches that this removes only symmetric solutions.
+    known_bound : int
+        A lower bound on the objective that the caller has proven (say, from the structure of the
+        problem); it prunes the search and counts in the reported bound.
     progress : callable, optional
         Called with ``dict(incumbent=, bound=, gap=, elapsed=)`` on every improving solution.
     log : bool
@@ -108,7 +112,7 @@ def cpsat(
     t0 = time.perf_counter()
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r}; valid: {', '.join(OBJECTIVES)}")
-    bound = lower_bound(problem, objective)
+    bound = max(lower_bound(problem, objective), int(known_bound))
     why = infeasible_reason(problem, effective_allowed(problem))
     if why:
         return Result(None, "infeasible", None, bound, time.perf_counter() - t0, "cpsat", objective, {"reason": why})
