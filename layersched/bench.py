@@ -1,4 +1,8 @@
-"""Benchmark suites: every template and solver on a list of problems, as a table, a CSV and a plot.
+"""Benchmarks: suites (every template and solver on a list of problems) and experiments.
+
+``layersched bench NAME`` runs the experiment ``layersched/experiments/NAME.py`` when there is one
+(its ``run(out_dir, *, quick, progress) -> BenchResult``), else the suite ``problems/suites/NAME.yaml``.
+Either way the result is a table on screen, a CSV and a plot.
 
 A suite file (``problems/suites/NAME.yaml``) lists problem files (relative to the suite), optional
 memory-limit factors (``2`` means twice the problem's limit, Zero Bubble's "2p"), and the methods:
@@ -18,9 +22,11 @@ Example suite
 from __future__ import annotations
 
 import csv
+import importlib
+import importlib.util
 import io
 import time
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated
 
@@ -28,6 +34,76 @@ from pydantic import Field
 
 from layersched.config import ProblemSpec, SpecError, Strict, load_problem, load_spec
 from layersched.stages import pipeline_from_spec
+
+
+@dataclass
+class BenchResult:
+    """Rows of a benchmark, the columns to show (in order) and the files written."""
+
+    title: str
+    rows: list[dict]
+    columns: tuple[str, ...]
+    files: list[Path] = field(default_factory=list)
+
+
+def run_bench(
+    name: str,
+    out_dir: Path,
+    *,
+    time_limit: float | None = None,
+    methods: list[str] | None = None,
+    quick: bool = False,
+    progress=None,
+) -> BenchResult:
+    """Run the experiment or suite called ``name``; write its CSV (and plot) under ``out_dir``."""
+    from layersched.export import write_text
+
+    module = f"layersched.experiments.{name.replace('-', '_')}"
+    if "/" not in name and importlib.util.find_spec("layersched.experiments") and importlib.util.find_spec(module):
+        result = importlib.import_module(module).run(out_dir, quick=quick, progress=progress)
+    else:
+        path = find_suite(name)
+        rows = run_suite(path, time_limit=time_limit, methods=methods, progress=progress)
+        png = out_dir / f"{path.stem}.png"
+        out_dir.mkdir(parents=True, exist_ok=True)
+        plot_rows(rows, png, f"suite {path.stem}: bubble rate per method")
+        result = BenchResult(f"suite {path.stem}", rows, COLUMNS, [png])
+    csv_path = out_dir / f"{result.title.split()[-1]}.csv"
+    write_text(csv_path, rows_to_csv(result.rows, result.columns))
+    result.files.insert(0, csv_path)
+    return result
+
+
+def rows_table(result: BenchResult):
+    """A rich table of the rows: rates with 4 decimals, gaps as percentages, long text cut."""
+    from rich.table import Table
+
+    table = Table(title=result.title)
+    for c in result.columns:
+        text = c in ("problem", "method", "status", "model", "schedule")
+        table.add_column(
+            c.replace("_", " "),
+            justify="left" if text else "right",
+            no_wrap=True,
+            max_width=48 if c == "status" else None,
+            overflow="ellipsis",
+        )
+    for r in result.rows:
+        table.add_row(*(_cell(c, r.get(c)) for c in result.columns))
+    return table
+
+
+def _cell(column: str, v) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float) and ("rate" in column or column == "published"):
+        return f"{v:.4f}"
+    if isinstance(v, float) and column == "gap":
+        return f"{v:.2%}"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
 
 COLUMNS = (
     "problem",
@@ -149,12 +225,13 @@ def run_suite(
     return rows
 
 
-def rows_to_csv(rows: list[dict]) -> str:
+def rows_to_csv(rows: list[dict], columns: tuple[str, ...] | None = None) -> str:
+    columns = columns or COLUMNS
     buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
+    w = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n", extrasaction="ignore")
     w.writeheader()
     for r in rows:
-        w.writerow({c: r.get(c) for c in COLUMNS})
+        w.writerow({c: r.get(c) for c in columns})
     return buf.getvalue()
 
 

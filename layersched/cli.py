@@ -92,10 +92,17 @@ def _parser() -> argparse.ArgumentParser:
         description="Solve each problem of a suite (problems/suites/NAME.yaml, or a path) with each "
         "method and print bubble rate, iteration time, lower bound, gap, peak memory and solve time.",
     )
-    b.add_argument("suite", help="suite name (e.g. zero-bubble) or path to a suite file")
+    b.add_argument(
+        "suite",
+        help="suite name (e.g. zero-bubble, models), path to a suite file, or an experiment "
+        "(a module in layersched/experiments/, e.g. layerpipe)",
+    )
     b.add_argument("--methods", help="comma-separated methods to run instead of the suite's (templates, solvers, best)")
     b.add_argument("--time-limit", type=float, metavar="S", help="time limit per solver run (default: the suite's)")
     b.add_argument("--out-dir", default="bench-out", help="where to write NAME.csv and NAME.png (default bench-out/)")
+    b.add_argument(
+        "--quick", action="store_true", help="a smaller version of an experiment (fewer sizes, shorter runs)"
+    )
     b.add_argument("--quiet", action="store_true", help="no progress bar")
 
     sub.add_parser("schema", help="print the JSON Schema of the schedule file")
@@ -218,59 +225,24 @@ def cmd_export(args, console: Console) -> int:
 def cmd_bench(args, console: Console) -> int:
     from rich.progress import Progress
 
-    from layersched.bench import find_suite, plot_rows, rows_to_csv, run_suite
-    from layersched.export import write_text
+    from layersched import bench
 
-    path = find_suite(args.suite)
-    methods = [m.strip() for m in args.methods.split(",")] if args.methods else None
     with Progress(console=console, transient=True, disable=args.quiet) as bar:
         task = bar.add_task("bench", total=None)
 
         def progress(done: int, total: int, what: str) -> None:
             bar.update(task, completed=done, total=total, description=what)
 
-        rows = run_suite(path, time_limit=args.time_limit, methods=methods, progress=progress)
-    table = Table(title=f"suite {path.stem}")
-    cols = (
-        "problem",
-        "memory",
-        "method",
-        "bubble_rate",
-        "value",
-        "lower_bound",
-        "gap",
-        "peak_memory",
-        "solve_s",
-        "published",
-        "status",
-    )
-    for c in cols:
-        table.add_column(
-            c.replace("_", " "),
-            justify="left" if c in ("problem", "method", "status") else "right",
-            no_wrap=True,
-            max_width=48 if c == "status" else None,
-            overflow="ellipsis",
+        result = bench.run_bench(
+            args.suite,
+            Path(args.out_dir),
+            time_limit=args.time_limit,
+            methods=[m.strip() for m in args.methods.split(",")] if args.methods else None,
+            quick=args.quick,
+            progress=progress,
         )
-    for r in rows:
-        cells = []
-        for c in cols:
-            v = r.get(c)
-            cells.append(
-                ""
-                if v is None
-                else f"{v:.4f}"
-                if c in ("bubble_rate", "published")
-                else f"{v:.2%}"
-                if c == "gap"
-                else str(v)
-            )
-        table.add_row(*cells)
-    console.print(table)
-    out = Path(args.out_dir)
-    write_text(out / f"{path.stem}.csv", rows_to_csv(rows))
-    plot_rows(rows, out / f"{path.stem}.png", f"suite {path.stem}: bubble rate per method")
-    console.print(f"wrote {out / (path.stem + '.csv')} and {out / (path.stem + '.png')}")
+    console.print(bench.rows_table(result))
+    console.print(f"wrote {', '.join(str(f) for f in result.files)}")
     return 0
 
 
