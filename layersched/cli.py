@@ -110,6 +110,9 @@ def _parser() -> argparse.ArgumentParser:
     from layersched.runtime.commands import add_commands
 
     COMMANDS.update(add_commands(sub))
+    from layersched.partition_cli import add_commands as add_partition
+
+    COMMANDS.update(add_partition(sub))
     return p
 
 
@@ -151,11 +154,28 @@ def cmd_solve(args, console: Console) -> int:
 
         pipe = replace(pipe, num_microbatches=args.microbatches)
     solver = args.solver or (None if args.schedule else pipe.default_solver)
-    options = {"time_limit": args.time_limit} if solver in ("cpsat", "lns", "best") else {}
+    options = {}
+    if solver in ("cpsat", "lns", "best"):
+        options["time_limit"] = args.time_limit
+        if not args.quiet:
+            unit = pipe.time_unit
+            console.print(f"solving with {solver} for at most {args.time_limit:g} s (improvements below)")
+
+            def progress(p: dict) -> None:
+                console.print(
+                    f"  {p['elapsed']:7.1f} s  incumbent {_fmt_time(p['incumbent'], unit)}  "
+                    f"bound {_fmt_time(p['bound'], unit)}  gap {p['gap']:.2%}"
+                )
+
+            options["progress"] = progress
     sol = solve_pipeline(pipe, schedule=args.schedule, solver=solver, objective=args.objective, **options)
     doc = schedule_file(sol, source=str(args.problem))
     save_json(doc, args.out)
     if not args.quiet:
+        tried = sol.info.get("candidates")
+        if tried:
+            fits = ", ".join(f"{k} {_fmt_time(v, pipe.time_unit)}" for k, v in tried.items() if isinstance(v, int))
+            console.print(f"candidates: {fits}; CP-SAT status {sol.info.get('cpsat_status')}")
         _summary(doc, console)
         console.print(f"wrote {args.out} (valid; {len(doc.tasks)} tasks, solved in {sol.runtime:.2f} s)")
     return 0
