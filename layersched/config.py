@@ -250,18 +250,20 @@ class ProblemSpec(Strict):
 
 
 # -- loading -------------------------------------------------------------------------------------
-def read_data(path: str | Path) -> dict:
-    """Parse a YAML or JSON file into a dict; `SpecError` on a missing or unparsable file."""
+def read_data(path: str | Path, fmt: str | None = None) -> dict:
+    """Parse a YAML or JSON file (by suffix, or ``fmt``) into a dict; `SpecError` naming the file on
+    a missing or unparsable file or a top level that is not a mapping."""
     path = Path(path)
     try:
         text = path.read_text()
     except OSError as exc:
         raise SpecError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    is_json = (fmt or path.suffix.lstrip(".")) == "json"
     try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        data = json.loads(text) if is_json else yaml.safe_load(text)
     except (yaml.YAMLError, json.JSONDecodeError) as exc:
         first = str(exc).strip().splitlines()[0]
-        raise SpecError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {first}") from None
+        raise SpecError(f"{path}: not valid {'JSON' if is_json else 'YAML'}: {first}") from None
     if not isinstance(data, dict):
         raise SpecError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
     return data

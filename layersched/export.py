@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import os
 import tempfile
 from pathlib import Path
@@ -32,7 +31,7 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from layersched.config import SpecError, format_validation_error
+from layersched.config import SpecError, format_validation_error, read_data
 from layersched.graph import parse_action
 from solvers import UNLIMITED, Problem, Schedule
 
@@ -213,13 +212,8 @@ def write_text(path: str | Path, text: str) -> None:
 def load_schedule(path: str | Path) -> ScheduleFile:
     """Read a schedule file; `SpecError` with file and field on any problem."""
     path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except OSError as exc:
-        raise SpecError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    except json.JSONDecodeError as exc:
-        raise SpecError(f"{path}: not valid JSON: {exc}") from None
-    if isinstance(data, dict) and data.get("format_version") not in (None, FORMAT_VERSION):
+    data = read_data(path, fmt="json")
+    if data.get("format_version") not in (None, FORMAT_VERSION):
         raise SpecError(
             f"{path}: format_version {data.get('format_version')} is not supported "
             f"(this layersched reads version {FORMAT_VERSION}); re-export the schedule"

@@ -24,7 +24,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from layersched.config import SpecError
+from layersched.config import SpecError, read_data
 from layersched.export import write_text
 from layersched.graph import parse_action
 
@@ -125,13 +125,8 @@ def write_trace(path: str | Path, trace: dict, schedule=None) -> tuple[Path, Pat
 def load_trace(path: str | Path) -> dict:
     """Read our trace JSON; `SpecError` naming the file on any problem."""
     path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except OSError as exc:
-        raise SpecError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    except json.JSONDecodeError as exc:
-        raise SpecError(f"{path}: not valid JSON: {exc}") from None
-    if isinstance(data, dict) and "traceEvents" in data:
+    data = read_data(path, fmt="json")
+    if "traceEvents" in data:
         raise SpecError(
             f"{path}: this is the Chrome trace; pass the layersched trace written beside it "
             f"({path.name.replace('.chrome.json', '.json')})"

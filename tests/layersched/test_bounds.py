@@ -5,14 +5,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from layersched.bounds import pipeline_bounds
-from layersched.config import ProblemSpec
 from layersched.graph import build_graph, to_problem
 from layersched.solve import solve_pipeline, symmetry_chains
-from layersched.stages import pipeline_from_spec
 from layersched.templates import TemplateError, template_names
 from solvers import Deadlock, InvalidSchedule, validate
 
-from .test_core_path import ZB_SETTINGS, zb_pipeline
+from .test_core_path import ZB_SETTINGS, stage_pipeline, zb_pipeline
 
 # published ZB-1p bubble rates (Zero Bubble pipeline parallelism, table 4)
 ZB_1P = [0.1585, 0.1323, 0.1397]
@@ -33,23 +31,16 @@ def test_bound_does_not_apply_to_other_placements():
 
 def small_pipelines():
     return st.builds(
-        lambda p, m, F, I, W, c, mf, mw, k: pipeline_from_spec(
-            ProblemSpec.model_validate(
-                {
-                    "name": "h",
-                    "pipeline": dict(
-                        stages=p,
-                        microbatches=m,
-                        forward=F,
-                        backward_input=I,
-                        backward_weight=W,
-                        transfer=c,
-                        memory_forward=mf,
-                        memory_freed_by_weight=min(mw, mf),
-                        memory_limit=k * mf,
-                    ),
-                }
-            )
+        lambda p, m, F, I, W, c, mf, mw, k: stage_pipeline(
+            stages=p,
+            microbatches=m,
+            forward=F,
+            backward_input=I,
+            backward_weight=W,
+            transfer=c,
+            memory_forward=mf,
+            memory_freed_by_weight=min(mw, mf),
+            memory_limit=k * mf,
         ),
         st.integers(2, 3),
         st.integers(2, 5),

@@ -33,27 +33,24 @@ ZB_SETTINGS = [
 ]
 
 
+def stage_pipeline(**fields):
+    """A stage-level pipeline from `StagePipelineSpec` fields."""
+    return pipeline_from_spec(ProblemSpec.model_validate({"name": "t", "pipeline": fields}))
+
+
 def zb_pipeline(p, m, F, I, W, c, h, a, limit_factor=1, **extra):
-    s = 1024
-    mem = 34 * h + 5 * a * s
-    return pipeline_from_spec(
-        ProblemSpec.model_validate(
-            {
-                "name": "zb",
-                "pipeline": dict(
-                    stages=p,
-                    microbatches=m,
-                    forward=F,
-                    backward_input=I,
-                    backward_weight=W,
-                    transfer=c,
-                    memory_forward=mem,
-                    memory_freed_by_weight=32 * h,
-                    memory_limit=limit_factor * p * mem,
-                    **extra,
-                ),
-            }
-        )
+    mem = 34 * h + 5 * a * 1024  # s = 1024
+    return stage_pipeline(
+        stages=p,
+        microbatches=m,
+        forward=F,
+        backward_input=I,
+        backward_weight=W,
+        transfer=c,
+        memory_forward=mem,
+        memory_freed_by_weight=32 * h,
+        memory_limit=limit_factor * p * mem,
+        **extra,
     )
 
 
