@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from layersched.config import ProblemSpec, SpecError
-from layersched.partition import contiguous_partition
+from layersched.partition import optimal_contiguous
 
 NS_PER_SECOND = 1_000_000_000
 
@@ -128,7 +128,7 @@ def _model_pipeline(spec: ProblemSpec, source: str) -> Pipeline:
             "output_bytes",
         )
     }
-    parts = contiguous_partition(tot["forward"] + tot["backward_input"] + tot["backward_weight"], S)
+    parts = _partition(tot, S, train, cluster, model.dtype_bytes, source)
 
     def per_stage(f: str, scale: float = 1.0) -> np.ndarray:
         return _ints([round(tot[f][idx].sum() * scale) for idx in parts])
@@ -192,3 +192,30 @@ def _model_pipeline(spec: ProblemSpec, source: str) -> Pipeline:
         objective=train.objective,
         static_memory=static,
     )
+
+
+def _partition(tot: dict, S: int, train, cluster, dtype_bytes: int, source: str) -> list[list[int]]:
+    """Contiguous layers per stage by `layersched.partition.optimal_contiguous`: the slowest stage
+    (compute, or a link at a cut, both directions) as fast as possible, with each stage's weights,
+    gradients and optimizer state plus the activations that 1F1B keeps in flight (``S - s``
+    micro-batches on stage ``s``, one stage per rank) within the device's memory."""
+    link = (
+        cluster.intra_node
+        if S * train.data_parallel <= cluster.devices_per_node
+        else (cluster.inter_node or cluster.intra_node)
+    )
+    cut = [2 * link.time(b) for b in tot["output_bytes"][:-1]]
+    in_flight = [min(train.microbatches, S - s) for s in range(S)] if train.stages_per_rank == 1 else train.microbatches
+    try:
+        part = optimal_contiguous(
+            tot["forward"] + tot["backward_input"] + tot["backward_weight"],
+            S,
+            cut=cut,
+            fixed=tot["param_bytes"] * (2 + train.optimizer_bytes_per_param / dtype_bytes),
+            scaled=tot["activation_bytes"],
+            scale=in_flight,
+            capacity=cluster.device.memory_bytes,
+        )
+    except ValueError as exc:
+        raise SpecError(f"{source}: training.pipeline: {exc}") from None
+    return part.parts
