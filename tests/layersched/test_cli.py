@@ -125,6 +125,9 @@ def test_built_wheel_works_outside_the_checkout(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert any(n.startswith("solvers/") for n in names) and any(n.startswith("layersched/") for n in names)
     assert "layersched/schema/schedule.schema.json" in names
+    # every package of the checkout ships (they are named one by one in pyproject.toml)
+    for init in [*ROOT.glob("layersched/**/__init__.py"), *ROOT.glob("solvers/**/__init__.py")]:
+        assert str(init.relative_to(ROOT)) in names, f"{init.parent.name} is missing from the wheel"
     env_dir = tmp_path / "venv"
     # the dependencies come from this interpreter's site-packages; the package itself only from the wheel
     venv.EnvBuilder(system_site_packages=True, with_pip=True).create(env_dir)

@@ -72,6 +72,8 @@ PUBLISHED = {  # peak dense fp16 FLOP/s, HBM bytes/s, memory, NVLink bytes/s per
     "v100-8": (125e12, 900e9, 32 * GiB, 150e9),
     "a100-8": (312e12, 2.0e12, 80 * GiB, 300e9),
     "h100-8": (989e12, 3.35e12, 80 * GiB, 450e9),
+    "v100-4x12-10gbps": (125e12, 900e9, 16 * GiB, 150e9),
+    "v100-4x12-25gbps": (125e12, 900e9, 16 * GiB, 150e9),
     "a100-2x8": (312e12, 2.0e12, 80 * GiB, 300e9),
 }
 
