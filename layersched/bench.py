@@ -270,7 +270,18 @@ def plot_rows(rows: list[dict], path: Path, title: str) -> None:
     ax.set_title(title)
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
+    save_figure(fig, path)
+
+
+def save_figure(fig, path: Path) -> None:
+    """Write a matplotlib figure to ``path`` (format from its suffix, PNG by default) atomically, and
+    close it."""
+    import matplotlib.pyplot as plt
+
     tmp = path.with_name(f".{path.name}.tmp")
-    fig.savefig(tmp, format=path.suffix.lstrip(".") or "png")
-    plt.close(fig)
-    tmp.replace(path)
+    try:
+        fig.savefig(tmp, format=path.suffix.lstrip(".") or "png")
+        tmp.replace(path)
+    finally:
+        plt.close(fig)
+        tmp.unlink(missing_ok=True)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from layersched.adagrouper import GroupedWorkload, Plan, make_plans, simulate, speedup, total_time
-from layersched.bench import BenchResult
+from layersched.bench import BenchResult, save_figure
 from layersched.network import BandwidthTrace, constant, markov_on_off, on_off
 
 KS = (1, 2, 4, 8)
@@ -125,7 +125,4 @@ def _plot(rows: list[dict], path: Path) -> None:
     lines = ax2.get_lines() + ax3.get_lines()
     ax2.legend(lines, [ln.get_label() for ln in lines], loc="upper right", fontsize=7)
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp")
-    fig.savefig(tmp, format="png")
-    plt.close(fig)
-    tmp.replace(path)
+    save_figure(fig, path)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from layersched.bench import BenchResult
+from layersched.bench import BenchResult, save_figure
 from layersched.config import load_problem
 from layersched.layerpipe import plan_layerpipe, speedup
 from layersched.partition import optimal_contiguous
@@ -151,10 +151,7 @@ def plot(rows: list[dict], path: Path) -> None:
     ax.legend(fontsize=8)
     mem.legend(fontsize=8)
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp")
-    fig.savefig(tmp, format="png")
-    plt.close(fig)
-    tmp.replace(path)
+    save_figure(fig, path)
 
 
 def run(out_dir: Path, *, quick: bool = False, progress=None) -> BenchResult:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from layersched.bench import BenchResult
+from layersched.bench import BenchResult, save_figure
 from layersched.config import ClusterSpec, load_problem, load_spec
 
 PROBLEMS = Path(__file__).resolve().parents[2] / "problems"
@@ -206,10 +206,7 @@ def plot(rows: list[dict], path: Path) -> None:
         ax.set_title(part)
         ax.legend(fontsize=7)
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp")
-    fig.savefig(tmp, format="png")
-    plt.close(fig)
-    tmp.replace(path)
+    save_figure(fig, path)
 
 
 def run(out_dir: Path, *, quick: bool = False, progress=None) -> BenchResult:

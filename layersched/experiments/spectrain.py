@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from layersched.bench import BenchResult
+from layersched.bench import BenchResult, save_figure
 
 LR, MOMENTUM = 0.1, 0.9
 COLUMNS = (
@@ -113,7 +113,4 @@ def _plot(rows: list[dict], path: Path) -> None:
     a2.legend(fontsize=8)
     fig.suptitle(f"teacher-student, 4 stages, SGD lr {LR} momentum {MOMENTUM} (single-process emulation)")
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp")
-    fig.savefig(tmp, format="png")
-    plt.close(fig)
-    tmp.replace(path)
+    save_figure(fig, path)
