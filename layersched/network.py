@@ -28,7 +28,6 @@ Example
 from __future__ import annotations
 
 import math
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,8 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from solvers import Problem, Schedule
-from solvers.graph import csr
-from solvers.simulate import check_orders
+from solvers.simulate import time_orders
 
 
 @dataclass(frozen=True)
@@ -212,39 +210,15 @@ def time_orders_under(
     >>> time_orders_under(p, [[0], [1]], constant(0.5)).schedule.start.tolist()
     [0, 10]
     """
-    n = problem.num_tasks
-    proc = check_orders(problem, orders)
-    src, dst = problem.edges[:, 0], problem.edges[:, 1]
-    cross = (proc[src] != proc[dst]) & (problem.delay > 0)
-    chain = [(o[k], o[k + 1]) for o in orders for k in range(len(o) - 1)]
-    all_src = np.concatenate([src, np.array([a for a, _ in chain], dtype=np.int64)])
-    all_dst = np.concatenate([dst, np.array([b for _, b in chain], dtype=np.int64)])
-    delay = np.concatenate([np.where(cross, problem.delay, 0), np.zeros(len(chain), dtype=np.int64)]).tolist()
-    indptr, targets, eid = csr(n, all_src, all_dst)
-    ptr, tgt, eids = indptr.tolist(), targets.tolist(), eid.tolist()
-    dur = problem.duration.tolist()
-    deg = np.bincount(all_dst, minlength=n).tolist()
-    start = [0] * n
-    actual = np.zeros(len(src), dtype=np.int64)
-    queue = deque(i for i in range(n) if deg[i] == 0)
-    done = 0
-    while queue:
-        u = queue.popleft()
-        done += 1
-        fin = start[u] + dur[u]
-        for k in range(ptr[u], ptr[u + 1]):
-            v, e = tgt[k], eids[k]
-            arrive = fin
-            if delay[e]:
-                arrive = trace.transfer_end(t0 + fin, delay[e]) - t0
-                actual[e] = arrive - fin
-            start[v] = max(start[v], arrive)
-            deg[v] -= 1
-            if deg[v] == 0:
-                queue.append(v)
-    if done < n:
-        from solvers.simulate import time_orders
+    actual = np.zeros(len(problem.edges), dtype=np.int64)
+    delay = problem.delay.tolist()
 
-        time_orders(problem, orders)  # raises the Deadlock that names the stuck tasks
-    sched = Schedule(processor=proc, start=np.asarray(start, dtype=np.int64))
+    def arrival(e: int, end: int) -> int:
+        arrive = trace.transfer_end(t0 + end, delay[e]) - t0
+        actual[e] = arrive - end
+        return arrive
+
+    sched = time_orders(problem, orders, arrival)
+    proc, src, dst = sched.processor, problem.edges[:, 0], problem.edges[:, 1]
+    cross = (proc[src] != proc[dst]) & (problem.delay > 0)
     return TracedRun(sched, problem.delay[cross], actual[cross])

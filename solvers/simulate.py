@@ -15,7 +15,7 @@ Example
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -64,12 +64,17 @@ def check_orders(problem: Problem, orders: Sequence[Sequence[int]]) -> np.ndarra
     return proc
 
 
-def time_orders(problem: Problem, orders: Sequence[Sequence[int]]) -> Schedule:
+def time_orders(
+    problem: Problem, orders: Sequence[Sequence[int]], arrival: Callable[[int, int], int] | None = None
+) -> Schedule:
     """Earliest-start timing of the tasks in the given per-processor orders.
 
     Each task starts when the task before it on its processor has ended and every predecessor has
     ended (plus the edge's transfer delay when it ran on another processor). Memory is not checked
     here; `solvers.validate` does that.
+
+    ``arrival(e, end)``, when given, replaces ``end + delay[e]`` for every edge ``e`` whose delay is
+    paid (say, a transfer over a link whose bandwidth varies in time); it must not return less.
     """
     n = problem.num_tasks
     proc = check_orders(problem, orders)
@@ -85,7 +90,7 @@ def time_orders(problem: Problem, orders: Sequence[Sequence[int]]) -> Schedule:
     all_dst = np.concatenate([dst, chain_dst])
     all_w = np.concatenate([w, np.zeros(len(chain_src), dtype=np.int64)])
     indptr, targets, eid = csr(n, all_src, all_dst)
-    ptr, tgt, wt = indptr.tolist(), targets.tolist(), all_w[eid].tolist()
+    ptr, tgt, wt, eids = indptr.tolist(), targets.tolist(), all_w[eid].tolist(), eid.tolist()
     dur = problem.duration.tolist()
     deg = np.bincount(all_dst, minlength=n).tolist()
     start = [0] * n
@@ -97,7 +102,7 @@ def time_orders(problem: Problem, orders: Sequence[Sequence[int]]) -> Schedule:
         fin = start[u] + dur[u]
         for k in range(ptr[u], ptr[u + 1]):
             v = tgt[k]
-            c = fin + wt[k]
+            c = fin + wt[k] if arrival is None or not wt[k] else arrival(eids[k], fin)
             if c > start[v]:
                 start[v] = c
             deg[v] -= 1
