@@ -18,7 +18,6 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from layersched.config import ProblemSpec  # noqa: E402
 from layersched.export import save_json, schedule_file  # noqa: E402
 from layersched.graph import parse_action  # noqa: E402
 from layersched.runtime import launch as launch_module  # noqa: E402
@@ -29,8 +28,9 @@ from layersched.runtime.torch_runtime import torch_supports  # noqa: E402
 from layersched.runtime.trace import compare, trace_document  # noqa: E402
 from layersched.runtime.workload import load_workload  # noqa: E402
 from layersched.solve import solve_pipeline  # noqa: E402
-from layersched.stages import pipeline_from_spec  # noqa: E402
 from layersched.templates import TEMPLATES, TemplateError, template_names  # noqa: E402
+
+from .test_core_path import stage_pipeline  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 MLP = f"{ROOT / 'examples' / 'models.py'}:mlp"
@@ -40,21 +40,16 @@ STEPS, LR, MOMENTUM = 2, 0.05, 0.9
 
 
 def stage_pipe(ranks: int, microbatches: int, stages_per_rank: int = 1, data_parallel: int = 1):
-    spec = ProblemSpec.model_validate(
-        {
-            "name": "run",
-            "pipeline": {
-                "stages": ranks * stages_per_rank,
-                "stages_per_rank": stages_per_rank,
-                "microbatches": microbatches,
-                "forward": 2,
-                "backward_input": 2,
-                "backward_weight": 1,
-                "transfer": 1,
-            },
-        }
+    pipe = stage_pipeline(
+        stages=ranks * stages_per_rank,
+        stages_per_rank=stages_per_rank,
+        microbatches=microbatches,
+        forward=2,
+        backward_input=2,
+        backward_weight=1,
+        transfer=1,
     )
-    return replace(pipeline_from_spec(spec), data_parallel=data_parallel)
+    return replace(pipe, data_parallel=data_parallel)
 
 
 @dataclass(frozen=True)

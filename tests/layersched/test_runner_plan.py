@@ -11,32 +11,27 @@ from dataclasses import replace
 
 import pytest
 
-from layersched.config import ProblemSpec
 from layersched.export import schedule_file
 from layersched.graph import parse_action
 from layersched.runtime.plan import PlanError, assign_layers, plan_actions, plan_schedule
 from layersched.runtime.trace import chrome_path, chrome_trace, compare, load_trace, write_trace
 from layersched.solve import solve_pipeline
-from layersched.stages import pipeline_from_spec
 from layersched.templates import TEMPLATES, TemplateError, template_names
+
+from .test_core_path import stage_pipeline
 
 
 def stage_pipe(ranks: int, microbatches: int, stages_per_rank: int = 1):
-    spec = ProblemSpec.model_validate(
-        {
-            "name": "plan",
-            "pipeline": {
-                "stages": ranks * stages_per_rank,
-                "stages_per_rank": stages_per_rank,
-                "microbatches": microbatches,
-                "forward": 2,
-                "backward_input": 2,
-                "backward_weight": 1,
-                "transfer": 1,
-            },
-        }
+    pipe = stage_pipeline(
+        stages=ranks * stages_per_rank,
+        stages_per_rank=stages_per_rank,
+        microbatches=microbatches,
+        forward=2,
+        backward_input=2,
+        backward_weight=1,
+        transfer=1,
     )
-    return pipeline_from_spec(spec)
+    return pipe
 
 
 def template_doc(name: str, ranks: int, microbatches: int):
