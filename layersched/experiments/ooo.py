@@ -83,42 +83,24 @@ def data_parallel(quick: bool, time_limit: float, progress=None) -> list[dict]:
                 what = f"k={k}/{L}, " + (f"{bucket // MIB} MiB buckets" if bucket else "per-layer all-reduce")
                 name = model.replace("resnet", "ResNet-")
                 tuned_what = f"{tuned[1] // MIB} MiB buckets" if tuned[1] else "per-layer all-reduce"
-                rows.append(
-                    _row(
-                        "data parallel",
-                        name,
-                        setting,
-                        "reverse, 25 MiB buckets",
-                        base.iteration_time,
-                        "reverse-tuned",
-                        tuned[0].iteration_time,
-                        f"k=0, {tuned_what}",
-                    )
+                candidates = (
+                    ("reverse-tuned", tuned[0].iteration_time, f"k=0, {tuned_what}"),
+                    ("best-k", best.iteration_time, what),
+                    ("cpsat", found.iteration_time, f"{result.status}, from {what}"),
                 )
-                rows.append(
-                    _row(
-                        "data parallel",
-                        name,
-                        setting,
-                        "reverse, 25 MiB buckets",
-                        base.iteration_time,
-                        "best-k",
-                        best.iteration_time,
-                        what,
+                for method, time_, how in candidates:
+                    rows.append(
+                        _row(
+                            "data parallel",
+                            name,
+                            setting,
+                            "reverse, 25 MiB buckets",
+                            base.iteration_time,
+                            method,
+                            time_,
+                            how,
+                        )
                     )
-                )
-                rows.append(
-                    _row(
-                        "data parallel",
-                        name,
-                        setting,
-                        "reverse, 25 MiB buckets",
-                        base.iteration_time,
-                        "cpsat",
-                        found.iteration_time,
-                        f"{result.status}, from {what}",
-                    )
-                )
     return rows
 
 
