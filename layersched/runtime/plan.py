@@ -3,9 +3,11 @@ process starts.
 
 Every input a rank receives is matched with the action that sends it; an action list that needs an
 input nobody sends, sends what nobody receives, or waits in a cycle across ranks is a `PlanError`
-naming the actions involved. A plan also fixes one order of the transfers between each pair of
-ranks that both sides follow (NCCL matches point-to-point operations between two ranks in issue
-order, on one stream per pair), and posts each receive as early as that order allows.
+naming the actions involved. Each direction between two ranks is a channel (a
+process group of its own in the runner) whose messages both sides issue in the sender's order
+(NCCL matches point-to-point operations in issue order, on one stream per communicator); all
+receives are posted at the start of the iteration, so a sender never waits for its receiver to
+post, and traffic one way never waits behind traffic the other way.
 
 Pure Python: no torch. The same checks run in the launcher and in every rank before the process
 group starts.
@@ -16,8 +18,8 @@ Example
 ...                     actions=[["0F0", "0F1", "0B0", "0B1"], ["1F0", "1B0", "1F1", "1B1"]])
 >>> [(t.producer, t.consumer) for t in plan.transfers]
 [('0F0', '1F0'), ('0F1', '1F1'), ('1B0', '0B0'), ('1B1', '0B1')]
->>> [[t.consumer for t in step.post] for step in plan.ranks[1].steps]
-[['1F0', '1F1'], [], [], []]
+>>> [[t.consumer for t in step.post] for step in plan.ranks[0].steps]
+[['0B0', '0B1'], [], [], []]
 >>> assign_layers(2, None, ["a", "b", "c"])
 [['a', 'b'], ['c']]
 """
@@ -246,13 +248,14 @@ def _build(S, M, stage_to_rank, actions, order, transfers: list[Transfer]) -> Pl
 
 
 def _rank_steps(r: int, acts: list[str], transfers: list[Transfer]) -> tuple[Step, ...]:
-    """Rank ``r``'s steps. Its transfers with each peer are issued in the global order (sends
-    right after their action, receives as soon as everything before them with that peer is
-    issued)."""
-    queues: dict[int, deque[Transfer]] = {}
-    for t in transfers:
+    """Rank ``r``'s steps. Each direction between two ranks is a channel of its own whose messages
+    both sides issue in the sender's order: sends right after their action, receives all posted
+    at the start of the iteration (a receive posted before its message is sent never holds the
+    sender up)."""
+    queues: dict[tuple[int, int], deque[Transfer]] = {}
+    for t in transfers:  # in a global execution order, so each channel's in its sender's order
         if r in (t.src, t.dst):
-            queues.setdefault(t.dst if t.src == r else t.src, deque()).append(t)
+            queues.setdefault((t.src, t.dst), deque()).append(t)
     by_consumer = {t.consumer: t for t in transfers if t.dst == r}
     by_producer = {t.producer: t for t in transfers if t.src == r}
     last_backward = {parse_action(a)[0]: k for k, a in enumerate(acts) if parse_action(a)[1] in "BW"}
@@ -261,16 +264,16 @@ def _rank_steps(r: int, acts: list[str], transfers: list[Transfer]) -> tuple[Ste
     for k, name in enumerate(acts):
         s, kind, mb = parse_action(name)
         post = []
-        for q in queues.values():
-            while q and q[0].dst == r:
+        for (_, dst), q in queues.items():
+            while dst == r and q:
                 post.append(q.popleft())
         posted.update(t.tag for t in post)
         wait = by_consumer.get(name)
         assert wait is None or wait.tag in posted, f"internal: {name} waits for an unposted receive"
         send = by_producer.get(name)
         if send is not None:
-            assert queues[send.dst][0] is send, f"internal: {name} sends out of pair order"
-            queues[send.dst].popleft()
+            assert queues[(r, send.dst)][0] is send, f"internal: {name} sends out of channel order"
+            queues[(r, send.dst)].popleft()
         steps.append(Step(name, s, kind, mb, tuple(post), wait, send, last_backward[s] == k))
     assert not any(queues.values()), "internal: transfers left unplanned"
     return tuple(steps)

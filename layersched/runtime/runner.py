@@ -269,15 +269,14 @@ def replica_groups(num_ranks: int, data_parallel: int) -> list:
 
 
 def pair_groups(plan: Plan, data_parallel: int) -> dict[tuple[int, int], object]:
-    """One process group per pair of global ranks that exchange tensors, created by every process
-    in the same order. Each pair's transfers then have a communicator and (with NCCL) a stream of
-    their own, in which the plan's pair order holds; NCCL communicators are created here, eagerly,
-    rather than by a first receive that would block its rank."""
+    """One process group per direction between two global ranks that exchange tensors (keyed
+    ``(src, dst)``), created by every process in the same order. Each direction's transfers then
+    have a communicator and (with NCCL) a stream of their own, in which the plan's channel order
+    holds, and traffic one way never waits behind traffic the other way; NCCL communicators are
+    created here, eagerly, rather than by a first receive that would block its rank."""
     R = plan.num_ranks
-    pairs = sorted(
-        {(d * R + min(t.src, t.dst), d * R + max(t.src, t.dst)) for t in plan.transfers for d in range(data_parallel)}
-    )
-    return {pair: dist.new_group(list(pair)) for pair in pairs}
+    channels = sorted({(d * R + t.src, d * R + t.dst) for t in plan.transfers for d in range(data_parallel)})
+    return {ch: dist.new_group(sorted(ch)) for ch in channels}
 
 
 class Executor:
@@ -364,8 +363,8 @@ class Executor:
     def _global(self, pipeline_rank: int) -> int:
         return self.replica * self.R + pipeline_rank
 
-    def _pair(self, peer: int):
-        return self.pairs[(min(self.rank, peer), max(self.rank, peer))]
+    def _channel(self, src: int, dst: int):
+        return self.pairs[(src, dst)]
 
     def train_step(self, step: int, mbs: list[tuple[torch.Tensor, torch.Tensor]], specs: list) -> float:
         """One iteration on this replica's micro-batches ``mbs``, whose stage outputs have the
@@ -385,7 +384,7 @@ class Executor:
                 shape, dtype = specs[t.microbatch][t.boundary]
                 buf = torch.empty(shape, dtype=dtype, device=self.device)
                 src = self._global(t.src)
-                received[t.tag] = (dist.irecv(buf, src=src, group=self._pair(src), tag=t.tag), buf)
+                received[t.tag] = (dist.irecv(buf, src=src, group=self._channel(src, self.rank), tag=t.tag), buf)
             data = None
             if st.wait is not None:
                 work, data = received.pop(st.wait.tag)
@@ -398,7 +397,7 @@ class Executor:
             if st.send is not None:
                 out = out.contiguous()
                 dst = self._global(st.send.dst)
-                sends.append((dist.isend(out, dst=dst, group=self._pair(dst), tag=st.send.tag), out))
+                sends.append((dist.isend(out, dst=dst, group=self._channel(self.rank, dst), tag=st.send.tag), out))
             if st.reduce and self.group is not None and st.stage in self.optimizers:
                 reduces[st.stage] = self._start_reduce(st.stage)
         for s in sorted(self.optimizers):
