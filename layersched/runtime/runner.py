@@ -5,6 +5,9 @@ backward splits cleanly: ``I`` computes, layer by layer from the last, the gradi
 input (``torch.autograd.backward(..., inputs=[input], retain_graph=True)``) and sends the stage's
 input gradient on; ``W`` then computes each layer's weight gradients from the retained graph and
 the saved output gradients; ``B`` does both in one pass. The profiler times layers the same way.
+With ``RunConfig.weight_stream``, ``W`` computes the ``nn.Linear`` weight gradients itself on a
+side stream (`layersched.runtime.wstream.SideStreamStage`); the executor makes the current stream
+wait for them (``Stage.sync``) before a gradient all-reduce and the optimizer step.
 
 Transfers follow the `layersched.runtime.plan.Plan`: receives are posted early (``irecv``), sends
 are ``isend`` right after their action, stages on one rank hand tensors over without
@@ -23,6 +26,7 @@ Example
 from __future__ import annotations
 
 import copy
+import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -40,7 +44,9 @@ from layersched.runtime.workload import Workload, load_workload
 @dataclass(frozen=True)
 class RunConfig:
     """What to run: a schedule (a `layersched.export.ScheduleFile`), a model builder and training
-    settings. ``runtime`` picks the executor: ours, or torch.distributed.pipelining's."""
+    settings. ``runtime`` picks the executor: ours, or torch.distributed.pipelining's.
+    ``weight_stream`` (ours only) computes the weight gradients of ``nn.Linear`` layers in ``W``
+    on a side stream (`layersched.runtime.wstream`)."""
 
     schedule: object
     model: str
@@ -50,6 +56,7 @@ class RunConfig:
     model_options: dict = field(default_factory=dict)
     runtime: Literal["layersched", "torch"] = "layersched"
     trace: bool = True
+    weight_stream: bool = False
 
     @property
     def world_size(self) -> int:
@@ -60,8 +67,8 @@ class RunConfig:
 @dataclass
 class RankResult:
     """What one rank reports: the losses of its replica (on the rank of the last stage), its
-    parameters after the run, its timed events and the start of every step (seconds since the run
-    began)."""
+    parameters after the run, its timed events, the start of every step (seconds since the run
+    began) and its transfer records (`Timer.transfer`)."""
 
     rank: int
     pipeline_rank: int
@@ -71,6 +78,7 @@ class RankResult:
     events: list[dict]
     step_starts: list[float]
     step_times: list[float]
+    transfers: list[dict] = field(default_factory=list)
 
 
 @dataclass
@@ -93,6 +101,11 @@ def prepare(cfg: RunConfig, world_size: int) -> Prepared:
             f"{world_size} processes, but the schedule needs {p.num_ranks} pipeline ranks x "
             f"{p.data_parallel} data-parallel replicas = {cfg.world_size}; "
             f"start {cfg.world_size}"
+        )
+    if cfg.weight_stream and cfg.runtime != "layersched":
+        raise PlanError(
+            f"weight_stream needs runtime 'layersched', not {cfg.runtime!r} (torch's executor runs its own "
+            "backward); drop one of them"
         )
     workload = load_workload(cfg.model, **cfg.model_options)
     return Prepared(plan, workload, assign_layers(p.num_stages, p.stage_layers, workload.layer_names))
@@ -212,17 +225,30 @@ class Stage:
             if params and out.requires_grad:
                 torch.autograd.backward(out, g, inputs=params)
 
+    def sync(self) -> None:
+        """Nothing to wait for: every action runs on the current stream (see
+        `layersched.runtime.wstream.SideStreamStage.sync`)."""
+
 
 class Timer:
-    """Times actions: ``time.perf_counter`` on the CPU, CUDA events on a GPU (read at step end)."""
+    """Times actions: ``time.perf_counter`` on the CPU, CUDA events on a GPU (read at step end).
 
-    def __init__(self, device: torch.device, enabled: bool = True):
-        self.cuda, self.enabled = device.type == "cuda", enabled
+    It also records each message's two ends (`transfer`): when its sender had it ready, and when
+    its receiver had it, in step time (``time``) and on a clock common to all ranks (``clock``:
+    ``time.perf_counter`` plus the rank's `clock_offset`), so a message's time in flight is its
+    arrival's clock on one rank minus its departure's clock on the other."""
+
+    def __init__(self, device: torch.device, enabled: bool = True, offset: float = 0.0):
+        self.cuda, self.enabled, self.offset = device.type == "cuda", enabled, offset
+        self._origin_clock = 0.0
         self.events: list[dict] = []
+        self.transfers: list[dict] = []
         self._pending: list[tuple[str, int, bool, object, object]] = []
+        self._pending_transfers: list[tuple[dict, object]] = []
         self._origin: object = None
 
     def start_step(self) -> None:
+        self._origin_clock = time.perf_counter() + self.offset
         if self.cuda:
             self._origin = torch.cuda.Event(enable_timing=True)
             self._origin.record()
@@ -246,18 +272,67 @@ class Timer:
             end = time.perf_counter()
             self._add(action, step, wait, t - self._origin, end - t)
 
+    def transfer(self, step: int, tag: int, side: str, nbytes: int, wait: float = 0.0) -> None:
+        """Record one end of message ``tag``: ``side="send"`` when the sender has it ready (right
+        before the send is posted), ``side="recv"`` when the receiver has it, after waiting
+        ``wait`` seconds for it. The arrival is exact only when the receiver did wait; after a
+        wait of a few microseconds the message had come earlier, and the time is when the receiver
+        first needed it. On a GPU both ends are events on the compute stream, so an arrival is
+        when that stream reached the wait (an upper bound), and the clock is approximate."""
+        if not self.enabled:
+            return
+        rec = {"step": step, "tag": tag, "side": side, "bytes": nbytes, "wait": wait}
+        if self.cuda:
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            self._pending_transfers.append((rec, ev))
+        else:
+            rec["time"] = time.perf_counter() - self._origin
+            rec["clock"] = self._origin_clock + rec["time"]
+        self.transfers.append(rec)
+
     def end_step(self) -> None:
-        if self.cuda and self._pending:
+        if self.cuda and (self._pending or self._pending_transfers):
             torch.cuda.synchronize()
             for action, step, wait, a, b in self._pending:
                 self._add(action, step, wait, self._origin.elapsed_time(a) / 1e3, a.elapsed_time(b) / 1e3)
+            for rec, ev in self._pending_transfers:
+                rec["time"] = self._origin.elapsed_time(ev) / 1e3
+                rec["clock"] = self._origin_clock + rec["time"]
             self._pending.clear()
+            self._pending_transfers.clear()
 
     def _add(self, action: str, step: int, wait: bool, start: float, duration: float) -> None:
         event = {"action": action, "step": step, "start": start, "duration": duration}
         if wait:
             event["wait"] = True
         self.events.append(event)
+
+
+def clock_offset(device: torch.device, force: bool = False, rounds: int = 8) -> float:
+    """Seconds to add to this process's ``time.perf_counter`` to read rank 0's. Zero when all
+    ranks run on one host (the monotonic clock is the machine's); otherwise (or with ``force``)
+    estimated from ping-pongs with rank 0, the one with the shortest round trip kept (error at most
+    half of it). Every rank calls it, together."""
+    hosts: list[str | None] = [None] * dist.get_world_size()
+    dist.all_gather_object(hosts, socket.gethostname())
+    if len(set(hosts)) == 1 and not force:
+        return 0.0
+    buf = torch.zeros(1, dtype=torch.float64, device=device)
+    best = (float("inf"), 0.0)
+    for r in range(1, dist.get_world_size()):
+        for _ in range(rounds):
+            if dist.get_rank() == 0:
+                dist.recv(buf, r)
+                buf.fill_(time.perf_counter())
+                dist.send(buf, r)
+            elif dist.get_rank() == r:
+                t0 = time.perf_counter()
+                dist.send(buf, 0)
+                dist.recv(buf, 0)
+                t1 = time.perf_counter()
+                best = min(best, (t1 - t0, float(buf.item()) - (t0 + t1) / 2))
+    return best[1]
 
 
 def replica_groups(num_ranks: int, data_parallel: int) -> list:
@@ -302,9 +377,12 @@ class Executor:
                 else:  # another rank's layer: only its shapes matter here
                     meta.append(modules[name].to("meta"))
         self.meta_stages = _split(meta, [len(n) for n in prep.stage_layers])
+        stage_type = Stage
+        if cfg.weight_stream:
+            from layersched.runtime.wstream import SideStreamStage as stage_type
         for s in sorted(mine):
             layers = [(n, modules[n]) for n in prep.stage_layers[s]]
-            self.stages[s] = Stage(s, layers, s == 0, s == self.S - 1)
+            self.stages[s] = stage_type(s, layers, s == 0, s == self.S - 1)
         self.optimizers = {
             s: SGD(st.parameters(), lr=cfg.lr, momentum=cfg.momentum)
             for s, st in self.stages.items()
@@ -313,7 +391,7 @@ class Executor:
         self.group = replica_groups(self.R, self.D)[self.pr] if self.D > 1 else None
         self.pairs = pair_groups(plan, self.D)
         self._shapes: dict[tuple, list[tuple[torch.Size, torch.dtype]]] = {}
-        self.timer = Timer(device, cfg.trace)
+        self.timer = Timer(device, cfg.trace, clock_offset(device) if cfg.trace else 0.0)
 
     def boundary_specs(self, x: torch.Tensor) -> list[tuple[torch.Size, torch.dtype]]:
         """Shape and dtype of every stage's output for a micro-batch input like ``x`` (a forward
@@ -357,7 +435,15 @@ class Executor:
             for k, v in m.named_parameters()
         }
         return RankResult(
-            self.rank, self.pr, self.replica, losses if last else None, params, self.timer.events, starts, times
+            self.rank,
+            self.pr,
+            self.replica,
+            losses if last else None,
+            params,
+            self.timer.events,
+            starts,
+            times,
+            self.timer.transfers,
         )
 
     def _global(self, pipeline_rank: int) -> int:
@@ -388,19 +474,23 @@ class Executor:
             data = None
             if st.wait is not None:
                 work, data = received.pop(st.wait.tag)
+                t_wait = time.perf_counter()
                 with timer.span(st.action, step, wait=True):
                     work.wait()
+                timer.transfer(step, st.wait.tag, "recv", _nbytes(data), time.perf_counter() - t_wait)
             with timer.span(st.action, step):
                 out = self._compute(st, data, local, mbs)
                 if st.kind == "F" and self.stages[st.stage].is_last:
                     loss_total += out
             if st.send is not None:
                 out = out.contiguous()
+                timer.transfer(step, st.send.tag, "send", _nbytes(out))
                 dst = self._global(st.send.dst)
                 sends.append((dist.isend(out, dst=dst, group=self._channel(self.rank, dst), tag=st.send.tag), out))
             if st.reduce and self.group is not None and st.stage in self.optimizers:
                 reduces[st.stage] = self._start_reduce(st.stage)
         for s in sorted(self.optimizers):
+            self.stages[s].sync()  # the gradients the optimizer reads are complete
             if s in reduces:
                 with timer.span(f"{s}R", step, wait=True):
                     self._finish_reduce(s, *reduces[s])
@@ -434,6 +524,7 @@ class Executor:
         return out
 
     def _start_reduce(self, s: int) -> tuple[object, torch.Tensor]:
+        self.stages[s].sync()
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.stages[s].parameters()]
         flat = torch.cat([g.reshape(-1) for g in grads])
         return dist.all_reduce(flat, group=self.group, async_op=True), flat
@@ -446,6 +537,10 @@ class Executor:
             n = p.numel()
             p.grad = flat[k : k + n].view_as(p).clone()
             k += n
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
 
 
 def _split(items: list, sizes: list[int]) -> list[list]:

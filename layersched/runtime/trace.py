@@ -53,6 +53,7 @@ def trace_document(schedule, results, runtime: str = "layersched") -> dict:
                 "step_starts": list(r.step_starts),
                 "step_times": list(r.step_times),
                 "events": list(r.events),
+                "transfers": list(getattr(r, "transfers", [])),
             }
             for r in sorted(results, key=lambda r: r.rank)
         ],
@@ -136,6 +137,32 @@ def load_trace(path: str | Path) -> dict:
     return data
 
 
+def flight_times(trace: dict, steps: list[int] | None = None, min_wait: float = 5e-5) -> list[tuple[int, float]]:
+    """``(bytes, seconds)`` in flight of every message whose arrival was observed (its receiver
+    waited for it over ``min_wait`` seconds): its arrival's clock on the receiver minus its
+    departure's on the sender (see `layersched.runtime.runner.Timer.transfer`); in ``steps`` only,
+    if given.
+
+    >>> tr = {"ranks": [
+    ...     {"replica": 0, "transfers": [{"step": 0, "tag": 0, "side": "send", "bytes": 8, "clock": 10.5}]},
+    ...     {"replica": 0, "transfers": [
+    ...         {"step": 0, "tag": 0, "side": "recv", "bytes": 8, "clock": 10.75, "wait": 0.2}]}]}
+    >>> flight_times(tr)
+    [(8, 0.25)]
+    """
+    sent, arrived = {}, []
+    for r in trace["ranks"]:
+        for t in r.get("transfers", []):
+            if steps is not None and t["step"] not in steps:
+                continue
+            key = (r.get("replica", 0), t["step"], t["tag"])
+            if t["side"] == "send":
+                sent[key] = t["clock"]
+            elif t.get("wait", 0.0) > min_wait:
+                arrived.append((key, t["bytes"], t["clock"]))
+    return [(nbytes, clock - sent[key]) for key, nbytes, clock in arrived if key in sent]
+
+
 def _kind(action: str) -> str:
     try:
         return parse_action(action)[1]
@@ -160,7 +187,9 @@ class CompareRow:
 
 @dataclass(frozen=True)
 class Comparison:
-    """Predicted vs measured, per action kind, over all compute actions and per iteration.
+    """Predicted vs measured, per action kind, per message between ranks (``transfer``: time in
+    flight, measured for the messages whose receiver waited for them), over all compute actions
+    and per iteration.
 
     ``scale`` converts the schedule's time unit to seconds; when the unit is not a time unit
     (``fitted``), it is fitted so that the predicted and measured compute work per iteration agree,
@@ -237,6 +266,15 @@ def compare(schedule, trace, skip_first: bool = True) -> Comparison:
         for k in [*compute, "R", "U"]
         if predicted.get(k) or measured.get(k)
     ]
+    names = {t.name: t for t in schedule.tasks}
+    flights = [
+        delay
+        for a, b, delay in schedule.edges
+        if a in names and b in names and names[a].processor != names[b].processor
+    ]
+    observed = [seconds for _, seconds in flight_times(trace, steps)]
+    if flights or observed:
+        rows.append(row("transfer", flights, observed))
     rows.append(
         row(
             "all compute",

@@ -21,11 +21,11 @@ torch = pytest.importorskip("torch")
 from layersched.export import save_json, schedule_file  # noqa: E402
 from layersched.graph import parse_action  # noqa: E402
 from layersched.runtime import launch as launch_module  # noqa: E402
-from layersched.runtime.launch import RunFailed, launch_jobs, launch_local  # noqa: E402
-from layersched.runtime.plan import PlanError  # noqa: E402
-from layersched.runtime.runner import RunConfig, train_reference  # noqa: E402
+from layersched.runtime.launch import RunFailed, launch_jobs, launch_local, run_processes  # noqa: E402
+from layersched.runtime.plan import PlanError, plan_schedule  # noqa: E402
+from layersched.runtime.runner import RunConfig, clock_offset, train_reference  # noqa: E402
 from layersched.runtime.torch_runtime import torch_supports  # noqa: E402
-from layersched.runtime.trace import compare, trace_document  # noqa: E402
+from layersched.runtime.trace import compare, flight_times, trace_document  # noqa: E402
 from layersched.runtime.workload import load_workload  # noqa: E402
 from layersched.solve import solve_pipeline  # noqa: E402
 from layersched.templates import TEMPLATES, TemplateError, template_names  # noqa: E402
@@ -166,6 +166,30 @@ def test_trace_and_compare_of_a_run(tmp_path):
     # 2 replicas x 8 forwards measured per step; predicted: the schedule's 8
     assert (rows["F"].predicted_count, rows["F"].measured_count) == (8, 16)
     assert rows["iteration"].measured > 0 and rows["all compute"].measured > 0
+    # both ends of every planned message, every step, in every replica, with its size
+    plan = plan_schedule(case.cfg.schedule)
+    for r in results:
+        for side, mine in (
+            ("send", [t for t in plan.transfers if t.src == r.pipeline_rank]),
+            ("recv", [t for t in plan.transfers if t.dst == r.pipeline_rank]),
+        ):
+            got = sorted((t["step"], t["tag"]) for t in r.transfers if t["side"] == side)
+            assert got == sorted((k, t.tag) for k in range(STEPS) for t in mine)
+    sizes = {(r.replica, t["step"], t["tag"]): t["bytes"] for r in results for t in r.transfers}
+    assert all(sizes[(r.replica, t["step"], t["tag"])] == t["bytes"] for r in results for t in r.transfers)
+    # the observed flights start after their departure and end within the step
+    flights = flight_times(trace)
+    assert all(0 <= seconds < max(r.step_times[0] for r in results) for _, seconds in flights)
+
+
+def _offsets(rank, device, state):
+    return clock_offset(device, force=True)
+
+
+def test_clock_offset_between_processes_of_one_host_is_near_zero():
+    offsets = run_processes(_offsets, 3, timeout=120)
+    assert offsets[0] == 0.0
+    assert all(abs(x) < 2e-3 for x in offsets)  # one host: one monotonic clock, so only estimation error
 
 
 def test_mismatches_fail_before_any_process_starts(monkeypatch):
