@@ -9,7 +9,9 @@ With a fast network 1F1B with the largest micro-batch wins; when the network is 
 ``k`` does. `make_plans` builds, for each ``k``, the largest micro-batch that fits every stage and the
 validated kFkB schedule; `AdaptiveController` re-estimates the bandwidth every ``interval``
 iterations (from the transfer timings of the last iterations) and switches to the plan whose predicted
-iteration time is least; `simulate` runs fixed plans or the controller under a `BandwidthTrace`.
+iteration time is least; `simulate` runs fixed plans or the controller under a `BandwidthTrace`. In a
+real run (`layersched.runtime.switching`) `TransferTimeController` does the same from the runner's
+measured transfer timings, and `StepTimeController` from step times alone.
 
 Example
 -------
@@ -270,7 +272,8 @@ class StepTimeController:
     The first step (run with the plan best at nominal bandwidth) calibrates seconds per tick, assuming
     the nominal bandwidth. Every ``interval`` steps the bandwidth estimate is the grid value at which
     the current plan's predicted time, in seconds, is closest to its mean measured time over the window,
-    and the plan with the least predicted time at that bandwidth is chosen.
+    and the plan with the least predicted time at that bandwidth is chosen. ``history`` holds
+    ``(plan index, seconds, ...)`` records (`layersched.runtime.switching.StepRecord`).
 
     Example
     -------
@@ -289,15 +292,61 @@ class StepTimeController:
         self.current = self.first
         self.estimate = 1.0
 
-    def __call__(self, step: int, history: list[tuple[int, float]]) -> int:
+    def __call__(self, step: int, history: list) -> int:
         if not history or len(history) % self.interval:
             return self.current
         seconds_per_tick = history[0][1] / self.table[history[0][0]][0]
-        window = [t for j, t in history[-self.interval :] if j == self.current]
+        window = [h[1] for h in history[-self.interval :] if h[0] == self.current]
         if window:
             ticks = float(np.mean(window)) / seconds_per_tick
             row = self.table[self.current]
             g = min(range(len(GRID)), key=lambda i: abs(row[i] - ticks))
             self.estimate = GRID[g]
             self.current = min(range(len(self.table)), key=lambda j: (self.table[j][g], j))
+        return self.current
+
+
+class TransferTimeController:
+    """The adaptive controller for a real run that reads the runner's transfer timings: a picklable
+    ``choose(step, history)`` over `layersched.runtime.switching.StepRecord` ``history``, whose
+    ``flights`` are the ``(bytes, seconds)`` in flight of the messages whose arrival was observed.
+
+    Every ``interval`` steps it takes the window's messages, the seconds per byte above the link's
+    ``latency`` (``sum(seconds - latency) / sum(bytes)``), and compares it with the first window's,
+    which it takes as the nominal bandwidth: the estimate is their ratio (at most 1), and the plan
+    with the least predicted time at the nearest `GRID` bandwidth is chosen. Unlike
+    `StepTimeController` it does not confuse a slow step (other load, a straggler) with a slow link.
+
+    Example
+    -------
+    >>> plans = make_plans(GroupedWorkload(), [1, 2, 4])
+    >>> ctl = TransferTimeController(plans, interval=1)
+    >>> ctl(0, []), ctl(1, [(0, 1.0, [(1000, 1e-3)])]), ctl(2, [(0, 1.0, [(1000, 1e-3)]), (0, 1.0, [(1000, 5e-2)])])
+    (0, 0, 2)
+    >>> round(ctl.estimate, 6)
+    0.02
+    """
+
+    def __init__(self, plans: Sequence[Plan], interval: int = 1, latency: float = 0.0):
+        if interval < 1:
+            raise ValueError(f"interval must be at least 1, got {interval}")
+        self.table = [[p.predict(b) for b in GRID] for p in plans]
+        self.interval, self.latency = interval, latency
+        self.current = min(range(len(plans)), key=lambda j: self.table[j][0])
+        self.estimate = 1.0
+        self.nominal: float | None = None  # seconds per byte of the first window
+
+    def __call__(self, step: int, history: list) -> int:
+        if not history or len(history) % self.interval:
+            return self.current
+        flights = [f for h in history[-self.interval :] for f in h[2]]
+        nbytes = sum(b for b, _ in flights)
+        if not nbytes:
+            return self.current
+        per_byte = sum(max(s - self.latency, 0.0) for _, s in flights) / nbytes
+        if self.nominal is None:
+            self.nominal = per_byte
+        self.estimate = min(1.0, self.nominal / per_byte) if per_byte > 0 else 1.0
+        g = min(range(len(GRID)), key=lambda i: abs(GRID[i] - self.estimate))
+        self.current = min(range(len(self.table)), key=lambda j: (self.table[j][g], j))
         return self.current

@@ -4,8 +4,11 @@ Every rank builds one `layersched.runtime.runner.Executor` per schedule (the sam
 count and ranks), and before each step rank 0 picks the schedule with a ``choose(step, history)``
 callable and broadcasts its index; when it differs from the last step's, each stage's weights and
 momentum buffers are copied from the executor that ran last. Each step's time (the slowest rank's)
-is all-reduced into ``history``, which is what a controller sees. Since every kFkB schedule computes
-the same gradients, a run that switches reproduces the single-process reference exactly.
+is all-reduced into ``history``, with the time in flight of the step's messages (`layersched.runtime.
+trace.flight_times` of every rank's transfer records, gathered on rank 0): that is what a controller
+sees (`layersched.adagrouper.StepTimeController`, `layersched.adagrouper.TransferTimeController`).
+Since every kFkB schedule computes the same gradients, a run that switches reproduces the
+single-process reference exactly.
 
 Example
 -------
@@ -18,17 +21,27 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import torch
 import torch.distributed as dist
 
 from layersched.runtime.plan import PlanError
 from layersched.runtime.runner import Executor, RunConfig, param_name, prepare
+from layersched.runtime.trace import flight_times
+
+
+class StepRecord(NamedTuple):
+    """One step as a controller sees it: the schedule index, the slowest rank's seconds, and
+    ``(bytes, seconds)`` in flight of each message whose arrival was observed."""
+
+    plan: int
+    seconds: float
+    flights: list[tuple[int, float]] = []
 
 
 class Chooser(Protocol):
-    def __call__(self, step: int, history: list[tuple[int, float]]) -> int: ...
+    def __call__(self, step: int, history: list[StepRecord]) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -37,20 +50,22 @@ class FixedSequence:
 
     seq: list[int]
 
-    def __call__(self, step: int, history: list[tuple[int, float]]) -> int:
+    def __call__(self, step: int, history: list[StepRecord]) -> int:
         return self.seq[min(step, len(self.seq) - 1)]
 
 
 @dataclass
 class SwitchResult:
     """One rank's run: losses (last stage's rank only), final parameters, the schedule index of every
-    step and every step's time (slowest rank, seconds)."""
+    step, every step's time (slowest rank, seconds) and, on rank 0, how many messages' flights
+    each step observed."""
 
     rank: int
     losses: list[float] | None
     params: dict[str, torch.Tensor]
     choices: list[int]
     step_times: list[float]
+    flights: list[int] | None = None
 
 
 def _prepare(world_size: int, cfgs: list[RunConfig], choose: Chooser):
@@ -69,7 +84,7 @@ def _copy_state(src: Executor, dst: Executor) -> None:
 def _run(rank: int, device: torch.device, state) -> SwitchResult:
     preps, cfgs, choose = state
     execs = [Executor(c, p, rank, device) for c, p in zip(cfgs, preps, strict=True)]
-    history: list[tuple[int, float]] = []
+    history: list[StepRecord] = []
     losses, last = [], None
     for step in range(cfgs[0].steps):
         pick = torch.tensor([choose(step, history) if rank == 0 else 0], dtype=torch.int64)
@@ -88,7 +103,11 @@ def _run(rank: int, device: torch.device, state) -> SwitchResult:
         losses.append(ex.train_step(step, mbs, specs))
         t = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        history.append((int(pick), float(t[0])))
+        mine = {"replica": ex.replica, "transfers": [r for r in ex.timer.transfers if r["step"] == step]}
+        every = [None] * dist.get_world_size() if rank == 0 else None
+        dist.gather_object(mine, every, dst=0)
+        flights = flight_times({"ranks": every}) if rank == 0 else []
+        history.append(StepRecord(int(pick), float(t[0]), flights))
     params = {
         param_name(n, k): v.detach().cpu().clone()
         for st in last.stages.values()
@@ -96,7 +115,14 @@ def _run(rank: int, device: torch.device, state) -> SwitchResult:
         for k, v in m.named_parameters()
     }
     is_last = last.S - 1 in last.stages
-    return SwitchResult(rank, losses if is_last else None, params, [h[0] for h in history], [h[1] for h in history])
+    return SwitchResult(
+        rank,
+        losses if is_last else None,
+        params,
+        [h.plan for h in history],
+        [h.seconds for h in history],
+        [len(h.flights) for h in history] if rank == 0 else None,
+    )
 
 
 def launch_switching(cfgs: list[RunConfig], choose: Chooser, *, timeout: float = 120.0) -> list[SwitchResult]:

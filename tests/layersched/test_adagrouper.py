@@ -8,6 +8,7 @@ from layersched.adagrouper import (
     AdaptiveController,
     GroupedWorkload,
     StepTimeController,
+    TransferTimeController,
     kfkb_memory,
     largest_feasible_k,
     largest_k_per_stage,
@@ -125,6 +126,51 @@ def test_step_time_controller_tracks_the_bandwidth_from_step_times_alone():
     assert {j for j, _ in history} >= {0, 2}
     assert t < total_time(simulate(plans, tr, 100, k=1)) / 1.15  # over 15% faster than 1F1B
     assert t == pytest.approx(total_time(simulate(plans, tr, 100, interval=1)), rel=0.02)
+
+
+def test_transfer_time_controller_tracks_the_bandwidth_from_message_timings():
+    plans = make_plans(GroupedWorkload(), [1, 2, 4])
+    it = plans[0].predict(1.0)
+    tr = on_off(20 * it, 0.5, 0.05)
+    ctl = TransferTimeController(plans, interval=1)
+    history, t = [], 0
+    for step in range(100):
+        j = ctl(step, history)
+        run = plans[j].run(tr, t)
+        dt = run.schedule.makespan(plans[j].solution.tasks.problem)
+        # a run measures bytes and seconds: here a tick of nominal transfer time carries 1000 bytes
+        flights = [(int(n) * 1000, float(a) * 1e-6) for n, a in zip(run.nominal, run.actual, strict=True) if n]
+        history.append((j, dt * 1e-6, flights))
+        t += dt
+    assert {h[0] for h in history} >= {0, 2}
+    assert t < total_time(simulate(plans, tr, 100, k=1)) / 1.15  # over 15% faster than 1F1B
+    assert t == pytest.approx(total_time(simulate(plans, tr, 100, interval=1)), rel=0.02)
+    # a constant link: the estimate stays nominal and so does the plan
+    steady = TransferTimeController(plans, interval=2)
+    hist = [(0, 1.0, [(4096, 1e-4), (8192, 2e-4)])] * 6
+    assert [steady(k, hist[:k]) for k in range(7)] == [0] * 7 and steady.estimate == 1.0
+
+
+def test_runner_feeds_transfer_timings_to_the_controller():
+    torch = pytest.importorskip("torch")
+    from layersched.export import schedule_file
+    from layersched.runtime.runner import RunConfig, train_reference
+    from layersched.runtime.switching import launch_switching
+
+    model = str(Path(__file__).resolve().parents[2] / "examples" / "models.py") + ":mlp"
+    pipe = _pipe(m=4, p=2)
+    cfgs = [
+        RunConfig(schedule_file(solve_pipeline(pipe, schedule=f"kfkb-{k}")), model, steps=3, lr=0.05, momentum=0.9)
+        for k in (1, 2)
+    ]
+    ctl = TransferTimeController(make_plans(GroupedWorkload(num_stages=2, global_batch=32, capacity=16), [1, 2]))
+    res = launch_switching(cfgs, ctl)
+    # rank 0 saw, every step, the flights of messages its peers waited for (2 ranks: 8 per step at most)
+    assert res[0].flights is not None and all(0 < n <= 8 for n in res[0].flights)
+    assert all(r.choices == res[0].choices for r in res) and set(res[0].choices) <= {0, 1}
+    ref, ref_losses = train_reference(model, num_microbatches=4, steps=3, lr=0.05, momentum=0.9)
+    got = {k: v for r in res for k, v in r.params.items()}
+    assert all(torch.allclose(got[k], ref[k], atol=1e-12) for k in ref)
 
 
 @pytest.mark.slow
