@@ -60,6 +60,11 @@ def parser() -> argparse.ArgumentParser:
         default="layersched",
         help="executor: ours, or torch.distributed.pipelining's (whole steps timed only)",
     )
+    p.add_argument(
+        "--weight-stream",
+        action="store_true",
+        help="compute the weight gradients of nn.Linear layers (W) on a second CUDA stream (our runtime only)",
+    )
     p.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when available")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds before a stuck run fails (default 300)")
     p.add_argument("--threads", type=int, default=1, help="torch threads per process (default 1)")
@@ -101,6 +106,7 @@ def _run(args) -> int:
         momentum=args.momentum,
         model_options=options,
         runtime=args.runtime,
+        weight_stream=args.weight_stream,
     )
     if "RANK" in os.environ:
         results = _run_torchrun(cfg, args)
@@ -117,6 +123,7 @@ def _run(args) -> int:
             momentum=args.momentum,
             model_options=options,
             runtime=args.runtime,
+            weight_stream=args.weight_stream,
             timeout=args.timeout,
             device=args.device or "cpu",
             threads=args.threads,

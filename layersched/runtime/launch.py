@@ -174,19 +174,28 @@ def launch_local(
     model_options: dict | None = None,
     runtime: str = "layersched",
     trace: str | Path | None = None,
+    weight_stream: bool = False,
     timeout: float = 120.0,
     device: str = "cpu",
     threads: int = 1,
 ) -> list[RankResult]:
     """Run ``schedule`` (a `ScheduleFile` or its path) on ``model`` in local processes; the result
-    of every rank. With ``trace``, write the trace files there (see `layersched.runtime.trace`)."""
+    of every rank. With ``trace``, write the trace files there (see `layersched.runtime.trace`);
+    ``weight_stream``: see `RunConfig`."""
     if not hasattr(schedule, "pipeline"):
         from layersched.export import load_schedule
 
         schedule = load_schedule(schedule)
     cfg = RunConfig(
-        schedule, model, steps=steps, lr=lr, momentum=momentum, model_options=model_options or {}, runtime=runtime
-    )  # type: ignore[arg-type]
+        schedule,
+        model,
+        steps=steps,
+        lr=lr,
+        momentum=momentum,
+        model_options=model_options or {},
+        runtime=runtime,  # type: ignore[arg-type]
+        weight_stream=weight_stream,
+    )
     if world_size is not None and world_size != cfg.world_size:
         prepare(cfg, world_size)  # raises the one-line mismatch error
     results = launch_jobs([cfg], timeout=timeout, device=device, threads=threads)[0]
