@@ -116,20 +116,30 @@ def prediction_table(models: list[tuple[str, dict]], ranks: int, microbatches: i
     print(f"(b) predicted vs measured iteration, {ranks} ranks, {microbatches} micro-batches, steps 1..{steps - 1}")
     print(
         f"{'model':<11}{'schedule':<12}{'predicted':>10}{'mean':>9}{'median':>9}{'median/pred':>12}"
-        f"{'F':>7}{'B':>7}{'I':>7}{'W':>7}"
+        f"{'F':>7}{'B':>7}{'I':>7}{'W':>7}{'X':>7}"
     )
+    ratios = []
     for label, job, res in zip(labels, jobs, results, strict=True):
         cmp = compare(job.schedule, trace_document(job.schedule, res))
         rows = {row.what: row for row in cmp.rows}
         predicted = rows["iteration"].predicted
         median = statistics.median(_step_times(res, 1))
-        kinds = "".join(f"{rows[k].ratio:>7.2f}" if k in rows and rows[k].ratio else f"{'-':>7}" for k in "FBIW")
+        kinds = "".join(
+            f"{rows[k].ratio:>7.2f}" if k in rows and rows[k].ratio else f"{'-':>7}"
+            for k in ("F", "B", "I", "W", "transfer")
+        )
+        ratios.append(median / predicted)
         print(
             f"{label:<11}{job.schedule.method:<12}{predicted * 1e3:>10.2f}"
             f"{rows['iteration'].measured * 1e3:>9.2f}{median * 1e3:>9.2f}"
             f"{median / predicted:>12.3f}{kinds}"
         )
-    print("times in ms; F/B/I/W: measured/predicted mean action time")
+    print("times in ms; F/B/I/W: measured/predicted mean action time; X: the same for a message's time in flight")
+    within = sum(abs(r - 1) <= 0.1 for r in ratios)
+    print(
+        f"median/predicted: {min(ratios):.3f} to {max(ratios):.3f}, geometric mean "
+        f"{statistics.geometric_mean(ratios):.3f}; within 10%: {within} of {len(ratios)}"
+    )
 
 
 def main() -> None:

@@ -52,6 +52,9 @@ def pipeline_bounds(pipe: Pipeline, stage_to_rank: list[int], objective: str) ->
     if S != R or list(stage_to_rank) != list(range(S)):
         return {}
     F, I, W = (np.asarray(x, dtype=np.int64) for x in (pipe.forward, pipe.backward_input, pipe.backward_weight))
+    if pipe.backward is not None:  # a fused backward may cost less than I + W: bound by the cheaper
+        B = np.asarray(pipe.backward, dtype=np.int64)
+        I, W = np.minimum(I, B), np.minimum(I + W, B) - np.minimum(I, B)
     c = np.asarray(pipe.transfer, dtype=np.int64)
     mem_f, mem_w = pipe.mem_forward, pipe.mem_freed_by_weight
     best_span, best_makespan = 0, 0

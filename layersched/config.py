@@ -51,6 +51,13 @@ class LayerSpec(Strict):
     forward: NonNeg = 0.0
     backward_input: NonNeg = 0.0
     backward_weight: NonNeg = 0.0
+    backward: Annotated[
+        NonNeg | None,
+        Field(
+            description="seconds of a fused backward (input and weight gradients in one pass); when "
+            "left out, backward_input + backward_weight"
+        ),
+    ] = None
     activation_bytes: NonNegInt = 0
     kept_for_weight_grad: NonNegInt = 0
     param_bytes: NonNegInt = 0
@@ -62,7 +69,7 @@ class LayerSpec(Strict):
     def _check(self) -> LayerSpec:
         if self.sublayers:
             own = (self.forward, self.backward_input, self.backward_weight, self.activation_bytes, self.param_bytes)
-            if any(own):
+            if any(own) or self.backward is not None:
                 raise ValueError("give either the layer's own figures or its sublayers, not both")
         elif self.kept_for_weight_grad > self.activation_bytes:
             raise ValueError("kept_for_weight_grad cannot exceed activation_bytes")
@@ -78,6 +85,8 @@ class LayerSpec(Strict):
         """A figure of the layer: its own, or the sum over its sub-layers (``output_bytes``: the
         last sub-layer's)."""
         if not self.sublayers:
+            if field == "backward" and self.backward is None:
+                return self.backward_input + self.backward_weight
             return getattr(self, field)
         if field == "output_bytes":
             return self.output_bytes or self.sublayers[-1].total(field)
@@ -142,6 +151,14 @@ class DeviceSpec(Strict):
     memory_bytes: PosInt
     flops_efficiency: Annotated[float, Field(gt=0, le=1)] = 0.5
     bandwidth_efficiency: Annotated[float, Field(gt=0, le=1)] = 0.7
+    action_overhead: Annotated[
+        float,
+        Field(
+            ge=0,
+            description="seconds every compute action (F, B, I, W) costs beyond its layers' time: the "
+            "runtime's dispatch and bookkeeping (the profiler measures it); 0 by default",
+        ),
+    ] = 0.0
 
 
 class LinkSpec(Strict):

@@ -29,7 +29,10 @@ NS_PER_SECOND = 1_000_000_000
 @dataclass(frozen=True)
 class Pipeline:
     """Costs per stage of one training iteration. Arrays have one entry per stage; ``transfer[s]``
-    is the time to send stage ``s``'s output to stage ``s + 1`` (and the gradient back)."""
+    is the time to send stage ``s``'s output to stage ``s + 1`` (and the gradient back).
+    ``backward`` is the time of a fused backward (``B``) where it is not ``backward_input +
+    backward_weight`` (None: it is). ``action_overhead`` is added to every compute action (``F``,
+    ``I``, ``W`` and the fused ``B`` alike): the runtime's fixed cost per action."""
 
     name: str
     num_ranks: int
@@ -51,6 +54,8 @@ class Pipeline:
     default_solver: str | None = None
     objective: str = "span"
     static_memory: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    action_overhead: int = 0
+    backward: np.ndarray | None = None
 
     @property
     def num_stages(self) -> int:
@@ -122,6 +127,7 @@ def _model_pipeline(spec: ProblemSpec, source: str) -> Pipeline:
             "forward",
             "backward_input",
             "backward_weight",
+            "backward",
             "activation_bytes",
             "kept_for_weight_grad",
             "param_bytes",
@@ -191,6 +197,8 @@ def _model_pipeline(spec: ProblemSpec, source: str) -> Pipeline:
         default_solver=train.solver,
         objective=train.objective,
         static_memory=static,
+        action_overhead=round(dev.action_overhead * ns),
+        backward=per_stage("backward", ns) if any(s.backward is not None for x in layers for s in x.leaves()) else None,
     )
 
 

@@ -351,7 +351,11 @@ class _Timeline:
 
     def __init__(self, pipe: Pipeline):
         S = self.S = pipe.num_stages
-        self.dur = {"F": pipe.forward.tolist(), "I": pipe.backward_input.tolist(), "W": pipe.backward_weight.tolist()}
+        o = pipe.action_overhead
+        self.dur = {
+            k: [int(t) + o for t in x]
+            for k, x in (("F", pipe.forward), ("I", pipe.backward_input), ("W", pipe.backward_weight))
+        }
         self.mf, self.mw = pipe.mem_forward.tolist(), pipe.mem_freed_by_weight.tolist()
         self.delta = {
             "F": self.mf,

@@ -20,9 +20,10 @@ def add_commands(subparsers: argparse._SubParsersAction) -> dict[str, Callable]:
     p = subparsers.add_parser(
         "profile",
         help="measure a torch model layer by layer and write a problem file",
-        description="Time every layer's forward, backward for inputs and backward for weights (as the "
-        "runner runs them), measure activation and parameter memory, this machine and the link between "
-        "two local ranks, and write a model-level problem file.",
+        description="Time every layer's forward, backward for inputs, backward for weights and fused "
+        "backward (as the runner runs them), measure activation and parameter memory, this machine, the "
+        "link between two local ranks and the runner's own cost per action (a short two-rank run), and "
+        "write a model-level problem file.",
     )
     p.add_argument(
         "model",
@@ -41,7 +42,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> dict[str, Callable]:
         "--link",
         choices=["measure", "estimate"],
         default="measure",
-        help="measure the link between two local ranks (a few seconds), or estimate it from the memory bandwidth",
+        help="measure the link and the runner's cost per action on two local ranks (a few seconds), or "
+        "estimate the link from the memory bandwidth and leave the runner's cost out",
     )
     p.add_argument("--name", help="problem name (default: the model's name with -profiled)")
 
@@ -88,9 +90,9 @@ def cmd_profile(args, console) -> int:
     table = Table(
         title=f"{prof['model']} at micro-batch {args.microbatch} ({prof['dtype']}, {args.device})", show_edge=False
     )
-    for col in ("layer", "F (ms)", "I (ms)", "W (ms)", "activations", "kept for W", "params", "output"):
+    for col in ("layer", "F (ms)", "I (ms)", "W (ms)", "B (ms)", "activations", "kept for W", "params", "output"):
         table.add_column(col, justify="right")
-    times = ("forward", "backward_input", "backward_weight")
+    times = ("forward", "backward_input", "backward_weight", "backward")
     sizes = ("activation_bytes", "kept_for_weight_grad", "param_bytes", "output_bytes")
     for layer in prof["layers"]:
         table.add_row(layer["name"], *(f"{layer[k] * 1e3:.3f}" for k in times), *(str(layer[k]) for k in sizes))
@@ -98,6 +100,8 @@ def cmd_profile(args, console) -> int:
     link = prof.get("link")
     if link:
         console.print(f"link: {link['latency'] * 1e6:.1f} us + bytes / {link['bandwidth'] / 1e9:.2f} GB/s")
+    if prof["device"].get("action_overhead"):
+        console.print(f"runner: {prof['device']['action_overhead'] * 1e6:.1f} us per action beyond its layers")
     console.print(f"wrote {args.out}")
     return 0
 

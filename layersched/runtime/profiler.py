@@ -1,7 +1,9 @@
 """Measure a model layer by layer and write it as a problem file.
 
 Each layer is timed exactly as the runner runs it (on a detached input; ``I``: the input gradient
-with the graph kept; ``W``: the weight gradients from it), repeated, the median kept. Memory:
+with the graph kept; ``W``: the weight gradients from it), in whole passes over the model in the
+order a run takes them, repeated, the median kept; the fused backward (``B``: both gradients in one
+pass, cheaper than ``I`` then ``W``, which walk the graph twice) in a pass of its own. Memory:
 the bytes of the tensors autograd saves in the forward (``torch.autograd.graph.saved_tensors_hooks``,
 parameters left out), of them those that weight-gradient nodes hold (kept until ``W``), the
 parameters and the output. The device's rates and the link between two local processes are
@@ -105,28 +107,39 @@ def profile_layers(
     warmup: int = 2,
     device: torch.device | None = None,
     num_microbatches: int = 1,
+    max_in_flight: int = 4,
 ) -> list[dict]:
-    """Per layer: median forward, backward-input and backward-weight seconds, and its bytes. The
-    last layer's figures include the loss (scaled by ``1 / num_microbatches`` as in a run)."""
+    """Per layer: median forward, backward-input, backward-weight and fused-backward seconds, and
+    its bytes. The last layer's figures include the loss (scaled by ``1 / num_microbatches`` as in a
+    run).
+
+    Layers are timed in the order a run visits them: each repetition is a forward through all
+    layers for each of ``min(num_microbatches, max_in_flight)`` micro-batches, then their input
+    gradients from the last layer to the first (graphs kept), then their weight gradients, so every
+    pass finds the caches as a pipelined run leaves them (timing one layer over and over, with its
+    weights and activations hot, reads up to a third low). The fused backward is timed the same way
+    on fresh forwards."""
     device = device or torch.device("cpu")
     clock = _Clock(device)
     x, target = x.to(device), target.to(device)
-    out_layers = []
-    for j, (name, layer) in enumerate(workload.layers):
+    n = len(workload.layers)
+    params = []
+    for _, layer in workload.layers:
         layer.to(device)
-        params = [p for p in layer.parameters() if p.requires_grad]
-        last = j == len(workload.layers) - 1
+        params.append([p for p in layer.parameters() if p.requires_grad])
 
-        def forward(inp: torch.Tensor, layer=layer, last=last) -> tuple[torch.Tensor, torch.Tensor]:
-            y = layer(inp)
-            return y, (workload.loss_fn(y, target) / num_microbatches if last else y)
+    def forward(j: int, inp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = workload.layers[j][1](inp)
+        return y, (workload.loss_fn(y, target) / num_microbatches if j == n - 1 else y)
 
-        def fresh_input(x=x, j=j) -> torch.Tensor:
-            return x.detach().requires_grad_(j > 0 and x.is_floating_point())
+    def fresh(h: torch.Tensor, j: int) -> torch.Tensor:
+        return h.detach().requires_grad_(j > 0 and h.is_floating_point())
 
-        # memory: one forward with the saved tensors recorded
+    # memory: one forward per layer with the saved tensors recorded
+    out_layers, h = [], x
+    for j, (name, _) in enumerate(workload.layers):
         saved: dict[int, int] = {}
-        param_ptrs = {p.data_ptr() for p in params}
+        param_ptrs = {p.data_ptr() for p in params[j]}
 
         def pack(t: torch.Tensor, saved=saved, param_ptrs=param_ptrs) -> torch.Tensor:
             if t.data_ptr() not in param_ptrs:
@@ -134,44 +147,86 @@ def profile_layers(
             return t
 
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            out, root = forward(fresh_input())
-        kept = _weight_saved(root.grad_fn, params) if root.grad_fn is not None else {}
-        grad = None if last else torch.randn_like(root)
-        # time: forward, input gradient (graph kept), weight gradients, as the runner runs them
-        times: dict[str, list[float]] = {"forward": [], "backward_input": [], "backward_weight": []}
-        for k in range(warmup + repeat):
-            t_f, t_i, t_w = _time_once(clock, forward, fresh_input(), grad, params)
-            if k >= warmup:
-                for key, value in zip(times, (t_f, t_i, t_w), strict=True):
-                    times[key].append(value)
-        for p in params:
-            p.grad = None
+            out, root = forward(j, fresh(h, j))
+        kept = _weight_saved(root.grad_fn, params[j]) if root.grad_fn is not None else {}
         activation = sum(saved.values())
         out_layers.append(
             {
                 "name": name,
-                **{key: statistics.median(v) for key, v in times.items()},
                 "activation_bytes": activation,
                 "kept_for_weight_grad": min(sum(kept.values()), activation),
-                "param_bytes": sum(_nbytes(p) for p in params),
+                "param_bytes": sum(_nbytes(p) for p in params[j]),
                 "output_bytes": _nbytes(out),
             }
         )
-        x = out.detach()
-    return out_layers
+        h = out.detach()
+    # time: whole passes, as the runner runs them (on a detached input per layer)
+    times = {key: [[] for _ in range(n)] for key in ("forward", "backward_input", "backward_weight", "backward")}
 
+    def forward_pass(record: bool) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        cells, h = [], x
+        for j in range(n):
+            inp = fresh(h, j)
+            box: dict[str, tuple] = {}
+            t = clock(lambda j=j, inp=inp, box=box: box.update(r=forward(j, inp)))
+            cells.append((inp, box["r"][1]))
+            h = box["r"][0]
+            if record:
+                times["forward"][j].append(t)
+        return cells
 
-def _time_once(clock: _Clock, forward, inp: torch.Tensor, grad, params) -> tuple[float, float, float]:
-    """Seconds of one forward, backward for inputs (graph kept) and backward for weights."""
-    box: dict[str, torch.Tensor] = {}
-    t_f = clock(lambda: box.update(root=forward(inp)[1]))
-    root = box["root"]
-    t_i = t_w = 0.0
-    if inp.requires_grad and root.requires_grad:
-        t_i = clock(lambda: torch.autograd.backward(root, grad, inputs=[inp], retain_graph=True))
-    if params and root.requires_grad:
-        t_w = clock(lambda: torch.autograd.backward(root, grad, inputs=params))
-    return t_f, t_i, t_w
+    def input_pass(cells, record: bool) -> list[torch.Tensor | None]:
+        grads: list[torch.Tensor | None] = [None] * n
+        g = None
+        for j in range(n - 1, -1, -1):
+            inp, root = cells[j]
+            grads[j] = g
+            t = 0.0
+            if inp.requires_grad and root.requires_grad:
+                t = clock(
+                    lambda inp=inp, root=root, g=g: torch.autograd.backward(root, g, inputs=[inp], retain_graph=True)
+                )
+            g = inp.grad if inp.requires_grad else None
+            if g is None and j > 0:  # a layer with no input gradient: later layers get a stand-in
+                g = torch.ones_like(cells[j - 1][1]) if cells[j - 1][1].is_floating_point() else None
+            if record:
+                times["backward_input"][j].append(t)
+        return grads
+
+    def weight_pass(cells, grads, key: str, record: bool) -> None:
+        """``key="backward_weight"``: the weight gradients from the graph ``I`` kept; ``"backward"``:
+        both gradients in one pass (the fused backward) on a graph no ``I`` has walked."""
+        for j in range(n - 1, -1, -1):
+            inp, root = cells[j]
+            wrt = params[j] + ([inp] if key == "backward" and inp.requires_grad else [])
+            t = 0.0
+            if wrt and root.requires_grad:
+                t = clock(lambda root=root, g=grads[j], wrt=wrt: torch.autograd.backward(root, g, inputs=wrt))
+            if record:
+                times[key][j].append(t)
+
+    # each repetition: the forwards of ``in_flight`` micro-batches, their input gradients, their
+    # weight gradients (as a pipeline's warm-up and cool-down interleave them); then fused backwards
+    in_flight = max(1, min(num_microbatches, max_in_flight))
+    for k in range(warmup + repeat):
+        record = k >= warmup
+        cells = [forward_pass(record) for _ in range(in_flight)]
+        grads = [input_pass(c, record) for c in cells]
+        for c, g in zip(cells, grads, strict=True):
+            weight_pass(c, g, "backward_weight", record)
+        cells = [forward_pass(False) for _ in range(in_flight)]
+        for c, g in zip(cells, grads, strict=True):
+            weight_pass(c, g, "backward", record)
+        for ps in params:
+            for p in ps:
+                p.grad = None
+    for j, layer in enumerate(out_layers):
+        for key, per_layer in times.items():
+            layer[key] = statistics.median(per_layer[j])
+    return [
+        {key: layer[key] for key in ("name", *times, *(k for k in layer if k not in times and k != "name"))}
+        for layer in out_layers
+    ]
 
 
 def measure_device(device: torch.device, dtype: torch.dtype = torch.float32) -> dict:
@@ -246,6 +301,54 @@ def measure_link(
     return {"bandwidth": 1.0 / slope, "latency": max(times[0] - slope * sizes[0], 0.0)}
 
 
+def measure_runtime(
+    prof: dict, *, model_options: dict | None = None, steps: int = 6, device: str = "cpu", timeout: float = 300.0
+) -> dict:
+    """The runner's own costs on this machine, from a short run of the profiled model (``prof``,
+    with its link measured, and a builder named by a string): the model split over two ranks, the
+    ``1f1b-split`` schedule of the profile's micro-batch count, ``steps`` steps (the first left out).
+
+    - ``action_overhead``: per compute action, the median of (measured - profiled time of its
+      layers), plus the median share per action of each rank's step time spent outside any action
+      or wait (posting messages, bookkeeping);
+    - ``latency``: the median over the messages whose arrival was observed of (time in flight -
+      bytes / the ping-pong bandwidth).
+
+    Both go into the problem (device ``action_overhead``, link ``latency``), so that predictions
+    count what a run of this runner costs beyond its layers."""
+    from layersched.export import schedule_file
+    from layersched.graph import parse_action
+    from layersched.runtime.launch import launch_jobs
+    from layersched.runtime.runner import RunConfig
+    from layersched.runtime.trace import flight_times, trace_document
+    from layersched.solve import solve_pipeline
+    from layersched.stages import pipeline_from_spec
+
+    m = max(prof["num_microbatches"], 2)
+    pipe = pipeline_from_spec(problem_from_profile(prof, microbatches=m, pipeline=2))
+    doc = schedule_file(solve_pipeline(pipe, schedule="1f1b-split"))
+    options = {"microbatch_size": prof["microbatch_size"], **(model_options or {})}
+    cfg = RunConfig(doc, prof["builder"], steps=steps, model_options=options)
+    results = launch_jobs([cfg], timeout=timeout, device=device, threads=prof["threads"])[0]
+    predicted = {t.name: t.duration * 1e-9 for t in doc.tasks}
+    extra, outside = [], []
+    for r in results:
+        for k in range(1, steps):
+            events = [e for e in r.events if e["step"] == k]
+            for e in events:
+                if not e.get("wait") and e["action"] in predicted and parse_action(e["action"])[2] is not None:
+                    extra.append(e["duration"] - predicted[e["action"]])
+            actions = sum(not e.get("wait") for e in events)
+            outside.append((r.step_times[k] - sum(e["duration"] for e in events)) / max(actions, 1))
+    flights = flight_times(trace_document(doc, results), list(range(1, steps)))
+    bandwidth = prof["link"]["bandwidth"]
+    latency = statistics.median(sec - b / bandwidth for b, sec in flights) if flights else prof["link"]["latency"]
+    return {
+        "action_overhead": max(statistics.median(extra) + statistics.median(outside), 0.0),
+        "latency": max(latency, 0.0),
+    }
+
+
 def profile(
     model: str | Callable,
     microbatch: int,
@@ -260,7 +363,10 @@ def profile(
 ) -> dict:
     """Profile ``model`` (a builder or its ``file.py:function`` name) at micro-batch size
     ``microbatch``: per-layer times and bytes, the device, and the link between two local ranks
-    (``link``: ``"measure"``, given figures ``{"bandwidth", "latency"}``, or None to leave it out)."""
+    (``link``: ``"measure"``, given figures ``{"bandwidth", "latency"}``, or None to leave it out).
+    Measuring the link (with the builder named by a string) also runs the model for a few steps on
+    two local ranks (`measure_runtime`): the runner's cost per action and the latency of its
+    messages."""
     dev = torch.device("cuda", 0) if device == "cuda" else torch.device(device)
     w = load_workload(model, microbatch_size=microbatch, **(model_options or {}))
     x, y = w.batches(0, 1)[0]
@@ -283,6 +389,10 @@ def profile(
     }
     if link == "measure":
         result["link"] = measure_link(device)
+        if isinstance(model, str) and len(w.layers) >= 2:
+            runtime = measure_runtime(result, model_options=model_options, device=device)
+            result["device"]["action_overhead"] = runtime["action_overhead"]
+            result["link"]["latency"] = runtime["latency"]
     elif link is not None:
         result["link"] = dict(link)
     return result

@@ -37,7 +37,7 @@ def test_mlp_figures_follow_from_its_shapes():
         assert x["kept_for_weight_grad"] == act  # the linear map's input, for its weight gradient
         # the linear map saves its input, the ReLU its output; the last layer's loss saves more
         assert x["activation_bytes"] == 2 * act if i < 7 else x["activation_bytes"] > act
-        assert x["forward"] > 0 and x["backward_weight"] > 0
+        assert x["forward"] > 0 and x["backward_weight"] > 0 and x["backward"] > 0
         assert (x["backward_input"] > 0) == (i > 0)  # the first layer's input is data
     assert prof["link"] == LINK and prof["dtype"] == "float64" and prof["device"]["peak_flops"] > 0
 
@@ -86,6 +86,9 @@ def test_profile_solve_run_compare(tmp_path):
     )
     spec = load_problem(problem)
     assert spec.cluster.intra_node.bandwidth > 0 and spec.training.microbatch_size == 8
+    # the short calibration run measured what the runner costs beyond the layers
+    assert spec.cluster.device.action_overhead > 0 and spec.cluster.intra_node.latency > 0
+    assert all(layer.backward is not None for layer in spec.model.layers)
     assert main(["solve", str(problem), "--out", str(schedule), "--quiet"]) == 0
     doc = load_schedule(schedule)
     assert doc.pipeline.stage_layers is not None and doc.time_unit == "ns"

@@ -196,6 +196,18 @@ def fake_trace(doc, steps: int, scale: float) -> dict:
             for t in doc.tasks
             if doc.processors[t.processor].rank == r and doc.processors[t.processor].kind == "compute"
         ]
+        # each message between ranks leaves when its producer ends and arrives its delay later
+        rank_of = {t.name: doc.processors[t.processor].rank for t in doc.tasks}
+        end = {t.name: t.start + t.duration for t in doc.tasks}
+        transfers = [
+            {"step": k, "tag": tag, "side": side, "bytes": 8, "clock": k + (end[a] + delay * (side == "recv")) * scale}
+            | ({"wait": 1.0} if side == "recv" else {})
+            for k in range(steps)
+            for tag, (a, b, delay) in enumerate(doc.edges)
+            if rank_of[a] != rank_of[b]
+            for side, at in (("send", a), ("recv", b))
+            if rank_of[at] == r
+        ]
         ranks.append(
             {
                 "rank": r,
@@ -204,6 +216,7 @@ def fake_trace(doc, steps: int, scale: float) -> dict:
                 "events": events,
                 "step_starts": [float(k) for k in range(steps)],
                 "step_times": [0.5] * steps,
+                "transfers": transfers,
             }
         )
     return {"format": "layersched-trace", "version": 1, "data_parallel": 1, "ranks": ranks}
@@ -219,7 +232,7 @@ def test_compare_exact_run_has_ratio_one(tmp_path):
     cmp = compare(doc, ours)
     assert cmp.steps == [1, 2] and not cmp.fitted
     rows = {row.what: row for row in cmp.rows}
-    assert set(rows) == {"F", "I", "W", "all compute", "iteration"}
+    assert set(rows) == {"F", "I", "W", "transfer", "all compute", "iteration"}
     for row in rows.values():
         assert row.ratio == pytest.approx(1.0)
     assert rows["F"].predicted_count == 8 and rows["F"].measured_count == 16
