@@ -3,10 +3,12 @@
 (a) Overhead per action, ours vs torch.distributed.pipelining's ``_PipelineScheduleRuntime`` on
     the same schedules and the same model, a tiny MLP whose compute is negligible: the median step
     time over the actions per rank. Our compute share is the measured compute time over the step.
-(b) Prediction vs measurement: the model is profiled (``layersched.runtime.profiler``, the link
-    between two local ranks measured), the problem solved with each template that applies, the
-    schedule run, and the measured iteration time (mean and median over the steps after the
-    first) set beside the predicted one, with the measured/predicted ratio of each action kind.
+(b) Prediction vs measurement: the model is profiled (``layersched.runtime.profiler``: layers in
+    run order, the fused backward, the link between two local ranks, and the runner's own cost per
+    action and message latency from a short calibration run), the problem solved with each template
+    that applies, the schedule run, and the measured iteration time (mean and median over the steps
+    after the first) set beside the predicted one, with the measured/predicted ratio of each action
+    kind and of a message's time in flight.
 
 Usage::
 

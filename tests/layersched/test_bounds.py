@@ -16,7 +16,7 @@ from .test_core_path import ZB_SETTINGS, stage_pipeline, zb_pipeline
 ZB_1P = [0.1585, 0.1323, 0.1397]
 
 
-@pytest.mark.parametrize("setting,published", zip(ZB_SETTINGS, ZB_1P, strict=False), ids=["1.5B", "6.2B", "14.6B"])
+@pytest.mark.parametrize("setting,published", list(zip(ZB_SETTINGS, ZB_1P, strict=True)), ids=["1.5B", "6.2B", "14.6B"])
 def test_bound_under_1p_equals_published_zb_1p(setting, published):
     pipe = zb_pipeline(*setting[:8])
     bound = pipeline_bounds(pipe, list(range(pipe.num_stages)), "span")["pipeline_idle"]
