@@ -6,8 +6,6 @@ order of the real run. A second, 2-rank launch runs the command line."""
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -16,6 +14,8 @@ from layersched.graph import parse_action  # noqa: E402
 from layersched.runtime import asyncpipe, asyncrun  # noqa: E402
 from layersched.runtime.asyncpipe import MODES, teacher_student, version_lags, weight_memory  # noqa: E402
 from layersched.runtime.asyncrun import rank_orders, train_async, train_async_modes  # noqa: E402
+
+from .test_spectrain import plain_sgd  # noqa: E402
 
 STAGES, STEPS, LR, MOMENTUM = 4, 10, 0.05, 0.9
 OPTIONS = {"seed": 2, "batch_size": 8, "test_size": 64}
@@ -74,17 +74,7 @@ def test_versions_arise_from_the_schedule(runs, mode):
 
 
 def test_sync_is_plain_sequential_sgd(runs):
-    task = teacher_student(**OPTIONS)
-    net = torch.nn.Sequential(*(copy.deepcopy(m) for m in task.stages))
-    opt = torch.optim.SGD(net.parameters(), lr=LR, momentum=MOMENTUM)
-    losses = []
-    for i in range(STEPS):
-        x, y = task.batch(i)
-        opt.zero_grad()
-        loss = task.loss_fn(net(x), y)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
+    net, losses = plain_sgd(teacher_student(**OPTIONS), STEPS, LR, MOMENTUM)
     assert runs["sync"].losses == pytest.approx(losses, rel=RTOL, abs=0)
     want = [
         {k.split(".", 1)[1]: v.detach() for k, v in net.named_parameters() if k.startswith(f"{s}.")} for s in range(4)

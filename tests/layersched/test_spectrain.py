@@ -22,7 +22,9 @@ def test_version_lags_follow_the_1f1b_schedule(p):
     assert version_lags(p) == [p - 1 - s for s in range(p)]
 
 
-def _plain_sgd(task: Task, steps: int, lr: float, momentum: float):
+def plain_sgd(task: Task, steps: int, lr: float, momentum: float) -> tuple[torch.nn.Sequential, list[float]]:
+    """``task``'s stages trained as one network with ``torch.optim.SGD``, one mini-batch per step:
+    the trained network and the per-step losses."""
     net = torch.nn.Sequential(*(copy.deepcopy(m) for m in task.stages))
     opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=momentum)
     losses = []
@@ -33,7 +35,7 @@ def _plain_sgd(task: Task, steps: int, lr: float, momentum: float):
         loss.backward()
         opt.step()
         losses.append(loss.item())
-    return [p.detach() for p in net.parameters()], losses
+    return net, losses
 
 
 def _final_weights(task, mode, steps, **kw):
@@ -57,7 +59,8 @@ def _final_weights(task, mode, steps, **kw):
 
 def test_sync_mode_equals_plain_training_exactly():
     task = teacher_student(seed=3, batch_size=16)
-    ref, ref_losses = _plain_sgd(task, 12, 0.05, 0.9)
+    net, ref_losses = plain_sgd(task, 12, 0.05, 0.9)
+    ref = [p.detach() for p in net.parameters()]
     got, hist = _final_weights(task, "sync", 12, lr=0.05, momentum=0.9)
     assert hist.loss == ref_losses
     assert all(torch.equal(a, b) for a, b in zip(got, ref, strict=True))
