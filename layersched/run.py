@@ -113,21 +113,9 @@ def _run(args) -> int:
         if results is None:
             return 0
     else:
-        from layersched.runtime.launch import launch_local
+        from layersched.runtime.launch import launch_jobs
 
-        results = launch_local(
-            doc,
-            args.model,
-            steps=args.steps,
-            lr=args.lr,
-            momentum=args.momentum,
-            model_options=options,
-            runtime=args.runtime,
-            weight_stream=args.weight_stream,
-            timeout=args.timeout,
-            device=args.device or "cpu",
-            threads=args.threads,
-        )
+        results = launch_jobs([cfg], timeout=args.timeout, device=args.device or "cpu", threads=args.threads)[0]
     _report(doc, results, args)
     return 0
 
