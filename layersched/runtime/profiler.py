@@ -220,12 +220,9 @@ def profile_layers(
         for ps in params:
             for p in ps:
                 p.grad = None
-    for j, layer in enumerate(out_layers):
-        for key, per_layer in times.items():
-            layer[key] = statistics.median(per_layer[j])
     return [
-        {key: layer[key] for key in ("name", *times, *(k for k in layer if k not in times and k != "name"))}
-        for layer in out_layers
+        {"name": layer.pop("name"), **{key: statistics.median(t[j]) for key, t in times.items()}, **layer}
+        for j, layer in enumerate(out_layers)
     ]
 
 
