@@ -49,31 +49,34 @@ from torch.func import functional_call
 MODES = ("sync", "stale", "stash", "spectrain")
 
 
+def one_f_one_b(num_stages: int, num_microbatches: int) -> list[list[str]]:
+    """Per rank, the actions of the ``1f1b`` template (unit costs), solved and validated.
+
+    >>> one_f_one_b(2, 2)
+    [['0F0', '0F1', '0B0', '0B1'], ['1F0', '1B0', '1F1', '1B1']]
+    """
+    from layersched.config import ProblemSpec
+    from layersched.solve import solve_pipeline
+    from layersched.stages import pipeline_from_spec
+
+    fields = {
+        "stages": num_stages,
+        "microbatches": num_microbatches,
+        "forward": 1,
+        "backward_input": 1,
+        "backward_weight": 1,
+    }
+    pipe = pipeline_from_spec(ProblemSpec.model_validate({"name": "1f1b", "pipeline": fields}))
+    return solve_pipeline(pipe, schedule="1f1b").actions()
+
+
 def version_lags(num_stages: int) -> list[int]:
     """Per stage, how many weight versions its forwards run behind in 1F1B without a flush, read off
     the ``1f1b`` template: ``max_i (i - number of the stage's backwards before its forward i)``."""
-    from layersched.config import ProblemSpec
     from layersched.graph import parse_action
-    from layersched.stages import pipeline_from_spec
-    from layersched.templates import template_orders
 
-    m = 2 * num_stages + 1
-    pipe = pipeline_from_spec(
-        ProblemSpec.model_validate(
-            {
-                "name": "lags",
-                "pipeline": {
-                    "stages": num_stages,
-                    "microbatches": m,
-                    "forward": 1,
-                    "backward_input": 1,
-                    "backward_weight": 1,
-                },
-            }
-        )
-    )
     lags = []
-    for order in template_orders("1f1b", pipe):
+    for order in one_f_one_b(num_stages, 2 * num_stages + 1):
         done, lag = 0, 0
         for a in order:
             _, kind, mb = parse_action(a)

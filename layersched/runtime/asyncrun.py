@@ -66,7 +66,7 @@ import torch
 import torch.distributed as dist
 
 from layersched.graph import parse_action
-from layersched.runtime.asyncpipe import MODES, Task, _Stage, evaluate, teacher_student
+from layersched.runtime.asyncpipe import MODES, Task, _Stage, evaluate, one_f_one_b, teacher_student
 from layersched.runtime.launch import run_processes
 
 
@@ -140,19 +140,12 @@ class AsyncRunResult:
 def rank_orders(mode: str, num_stages: int, steps: int) -> list[list[str]]:
     """Per rank, the actions of a run: the ``1f1b`` template over ``steps`` micro-batches without a
     flush, or, in ``sync`` mode, its order for one micro-batch repeated ``steps`` times."""
-    from layersched.config import ProblemSpec
-    from layersched.stages import pipeline_from_spec
-    from layersched.templates import template_orders
-
-    def orders(m: int) -> list[list[str]]:
-        fields = {"stages": num_stages, "microbatches": m, "forward": 1, "backward_input": 1, "backward_weight": 1}
-        return template_orders(
-            "1f1b", pipeline_from_spec(ProblemSpec.model_validate({"name": "async", "pipeline": fields}))
-        )
-
     if mode != "sync":
-        return orders(steps)
-    return [[f"{s}{kind}{i}" for i in range(steps) for s, kind, _ in map(parse_action, order)] for order in orders(1)]
+        return one_f_one_b(num_stages, steps)
+    return [
+        [f"{s}{kind}{i}" for i in range(steps) for s, kind, _ in map(parse_action, order)]
+        for order in one_f_one_b(num_stages, 1)
+    ]
 
 
 def train_async(
