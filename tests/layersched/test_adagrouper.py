@@ -112,40 +112,30 @@ def test_bench_adagrouper_quick(tmp_path: Path):
     assert (tmp_path / "adagrouper.csv").exists()
 
 
-def test_step_time_controller_tracks_the_bandwidth_from_step_times_alone():
+@pytest.mark.parametrize("controller", [StepTimeController, TransferTimeController])
+def test_real_run_controllers_track_the_bandwidth(controller):
+    """Fed what a run measures (step times; messages' bytes and time in flight), each controller
+    switches k under on/off preemption about as well as the simulation's controller."""
     plans = make_plans(GroupedWorkload(), [1, 2, 4])
     it = plans[0].predict(1.0)
     tr = on_off(20 * it, 0.5, 0.05)
-    ctl = StepTimeController(plans, interval=1)
-    history, t = [], 0
-    for step in range(100):
-        j = ctl(step, history)
-        dt = plans[j].run(tr, t).schedule.makespan(plans[j].solution.tasks.problem)
-        history.append((j, dt * 1e-6))  # a run measures seconds, here 1 tick = 1 us
-        t += dt
-    assert {j for j, _ in history} >= {0, 2}
-    assert t < total_time(simulate(plans, tr, 100, k=1)) / 1.15  # over 15% faster than 1F1B
-    assert t == pytest.approx(total_time(simulate(plans, tr, 100, interval=1)), rel=0.02)
-
-
-def test_transfer_time_controller_tracks_the_bandwidth_from_message_timings():
-    plans = make_plans(GroupedWorkload(), [1, 2, 4])
-    it = plans[0].predict(1.0)
-    tr = on_off(20 * it, 0.5, 0.05)
-    ctl = TransferTimeController(plans, interval=1)
+    ctl = controller(plans, interval=1)
     history, t = [], 0
     for step in range(100):
         j = ctl(step, history)
         run = plans[j].run(tr, t)
         dt = run.schedule.makespan(plans[j].solution.tasks.problem)
-        # a run measures bytes and seconds: here a tick of nominal transfer time carries 1000 bytes
+        # a run measures seconds (here 1 tick = 1 us) and bytes (a tick of nominal transfer time carries 1000)
         flights = [(int(n) * 1000, float(a) * 1e-6) for n, a in zip(run.nominal, run.actual, strict=True) if n]
         history.append((j, dt * 1e-6, flights))
         t += dt
     assert {h[0] for h in history} >= {0, 2}
     assert t < total_time(simulate(plans, tr, 100, k=1)) / 1.15  # over 15% faster than 1F1B
     assert t == pytest.approx(total_time(simulate(plans, tr, 100, interval=1)), rel=0.02)
-    # a constant link: the estimate stays nominal and so does the plan
+
+
+def test_transfer_time_controller_keeps_the_plan_on_a_constant_link():
+    plans = make_plans(GroupedWorkload(), [1, 2, 4])
     steady = TransferTimeController(plans, interval=2)
     hist = [(0, 1.0, [(4096, 1e-4), (8192, 2e-4)])] * 6
     assert [steady(k, hist[:k]) for k in range(7)] == [0] * 7 and steady.estimate == 1.0
