@@ -2,6 +2,10 @@
 
 import importlib.util
 
-collect_ignore_glob = [] if importlib.util.find_spec("torch") else ["layersched/runtime/*", "layersched/run.py"]
+collect_ignore_glob = (
+    []
+    if importlib.util.find_spec("torch")
+    else ["layersched/runtime/*", "layersched/run.py", "tests/layersched/runner_models.py"]
+)
 # examples/ and benchmarks/ are scripts, not test modules
 collect_ignore = ["examples", "benchmarks"]

@@ -2,11 +2,12 @@
 
 import numpy as np
 import pytest
-import torch
 
-from layersched.ooo import dataparallel as dp
-from layersched.runtime.dp_order import check_order, train_data_parallel
-from layersched.runtime.runner import train_reference
+torch = pytest.importorskip("torch")
+
+from layersched.ooo import dataparallel as dp  # noqa: E402
+from layersched.runtime.dp_order import check_order, train_data_parallel  # noqa: E402
+from layersched.runtime.runner import train_reference  # noqa: E402
 
 MODEL = "examples/models.py:mlp"
 LAYERS = 8  # the mlp's default depth
