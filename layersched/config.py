@@ -58,6 +58,13 @@ class LayerSpec(Strict):
             "left out, backward_input + backward_weight"
         ),
     ] = None
+    optimizer: Annotated[
+        NonNeg | None,
+        Field(
+            description="seconds of the optimizer step over the layer's parameters; when left out, "
+            "estimated from its parameter bytes and the device's memory bandwidth"
+        ),
+    ] = None
     activation_bytes: NonNegInt = 0
     kept_for_weight_grad: NonNegInt = 0
     param_bytes: NonNegInt = 0
@@ -69,7 +76,7 @@ class LayerSpec(Strict):
     def _check(self) -> LayerSpec:
         if self.sublayers:
             own = (self.forward, self.backward_input, self.backward_weight, self.activation_bytes, self.param_bytes)
-            if any(own) or self.backward is not None:
+            if any(own) or self.backward is not None or self.optimizer is not None:
                 raise ValueError("give either the layer's own figures or its sublayers, not both")
         elif self.kept_for_weight_grad > self.activation_bytes:
             raise ValueError("kept_for_weight_grad cannot exceed activation_bytes")

@@ -158,15 +158,17 @@ def _model_pipeline(spec: ProblemSpec, source: str) -> Pipeline:
             for b in params
         ]
     )
-    # optimizer step: memory bound, reads and writes weights, grads and optimizer state
+    # optimizer step: as profiled, else memory bound (reads and writes weights, grads and state)
     dev = cluster.device
     per_param_bytes = 2 + train.optimizer_bytes_per_param  # grads + state, per parameter byte pair
-    optimizer = _ints(
+    per_byte = per_param_bytes * 2 / model.dtype_bytes / (dev.memory_bandwidth * dev.bandwidth_efficiency)
+    tot["optimizer"] = np.array(
         [
-            round(b / model.dtype_bytes * per_param_bytes * 2 / (dev.memory_bandwidth * dev.bandwidth_efficiency) * ns)
-            for b in params
+            sum(leaf.param_bytes * per_byte if leaf.optimizer is None else leaf.optimizer for leaf in layer.leaves())
+            for layer in layers
         ]
     )
+    optimizer = per_stage("optimizer", ns)
     static = _ints([round(b * (2 + train.optimizer_bytes_per_param / model.dtype_bytes)) for b in params])
     static_per_rank = np.zeros(ranks, dtype=np.int64)
     np.add.at(static_per_rank, np.arange(S) % ranks, static)

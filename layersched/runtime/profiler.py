@@ -3,7 +3,8 @@
 Each layer is timed exactly as the runner runs it (on a detached input; ``I``: the input gradient
 with the graph kept; ``W``: the weight gradients from it), in whole passes over the model in the
 order a run takes them, repeated, the median kept; the fused backward (``B``: both gradients in one
-pass, cheaper than ``I`` then ``W``, which walk the graph twice) in a pass of its own. Memory:
+pass, cheaper than ``I`` then ``W``, which walk the graph twice) in a pass of its own; the
+optimizer step (the runner's SGD with momentum) over each layer's parameters after its ``W``. Memory:
 the bytes of the tensors autograd saves in the forward (``torch.autograd.graph.saved_tensors_hooks``,
 parameters left out), of them those that weight-gradient nodes hold (kept until ``W``), the
 parameters and the output. The device's rates and the link between two local processes are
@@ -30,6 +31,7 @@ from collections.abc import Callable
 import torch
 
 from layersched.config import ClusterSpec, DeviceSpec, LinkSpec, ModelSpec, ProblemSpec, TrainingSpec
+from layersched.runtime.runner import SGD
 from layersched.runtime.workload import load_workload
 
 # autograd nodes that only reshape a parameter on its way to its gradient accumulator
@@ -108,9 +110,12 @@ def profile_layers(
     device: torch.device | None = None,
     num_microbatches: int = 1,
     max_in_flight: int = 4,
+    lr: float = 0.01,
+    momentum: float = 0.9,
 ) -> list[dict]:
-    """Per layer: median forward, backward-input, backward-weight and fused-backward seconds, and
-    its bytes. The last layer's figures include the loss (scaled by ``1 / num_microbatches`` as in a
+    """Per layer: median forward, backward-input, backward-weight and fused-backward seconds, the
+    seconds of the runner's optimizer step (SGD, ``lr`` and ``momentum``) over its parameters,
+    and its bytes. The last layer's figures include the loss (scaled by ``1 / num_microbatches`` as in a
     run).
 
     Layers are timed in the order a run visits them: each repetition is a forward through all
@@ -161,7 +166,10 @@ def profile_layers(
         )
         h = out.detach()
     # time: whole passes, as the runner runs them (on a detached input per layer)
-    times = {key: [[] for _ in range(n)] for key in ("forward", "backward_input", "backward_weight", "backward")}
+    keys = ("forward", "backward_input", "backward_weight", "backward", "optimizer")
+    times = {key: [[] for _ in range(n)] for key in keys}
+    # the runner's optimizer (SGD with momentum), one per layer, stepped on the accumulated gradients
+    optimizers = [SGD(ps, lr=lr, momentum=momentum) for ps in params]
 
     def forward_pass(record: bool) -> list[tuple[torch.Tensor, torch.Tensor]]:
         cells, h = [], x
@@ -214,6 +222,10 @@ def profile_layers(
         grads = [input_pass(c, record) for c in cells]
         for c, g in zip(cells, grads, strict=True):
             weight_pass(c, g, "backward_weight", record)
+        for j, opt in enumerate(optimizers):
+            t = clock(opt.step)
+            if record:
+                times["optimizer"][j].append(t)
         cells = [forward_pass(False) for _ in range(in_flight)]
         for c, g in zip(cells, grads, strict=True):
             weight_pass(c, g, "backward", record)

@@ -16,7 +16,7 @@ from layersched.stages import pipeline_from_spec  # noqa: E402
 US = 1e-6
 
 
-def _prof(overhead: float, fused: float | None) -> dict:
+def _prof(overhead: float, fused: float | None, optimizer: float | None = None) -> dict:
     """A profile as `layersched.runtime.profiler.profile` writes it, of four equal layers."""
     layer = {
         "forward": 100 * US,
@@ -29,6 +29,8 @@ def _prof(overhead: float, fused: float | None) -> dict:
     }
     if fused is not None:
         layer["backward"] = fused
+    if optimizer is not None:
+        layer["optimizer"] = optimizer
     return {
         "model": "toy",
         "builder": "toy",
@@ -50,8 +52,9 @@ def _prof(overhead: float, fused: float | None) -> dict:
     }
 
 
-def _pipe(overhead: float, fused: float | None):
-    return pipeline_from_spec(problem_from_profile(_prof(overhead, fused), microbatches=4, pipeline=2))
+def _pipe(overhead: float, fused: float | None, optimizer: float | None = None):
+    prof = _prof(overhead, fused, optimizer)
+    return pipeline_from_spec(problem_from_profile(prof, microbatches=4, pipeline=2))
 
 
 def test_every_action_pays_the_overhead_once_and_b_its_fused_time():
@@ -85,3 +88,25 @@ def test_a_fused_backward_is_its_own_figure_or_the_sum():
     assert parent.total("backward") == 1.0
     with pytest.raises(ValueError, match="either the layer's own figures or its sublayers"):
         LayerSpec(name="p", backward=1.0, sublayers=[LayerSpec(name="a")])
+
+
+def test_the_optimizer_step_is_the_profiled_figure_or_the_estimate():
+    # two layers per stage at 50 us each; the U task takes the stage's sum
+    pipe = _pipe(20 * US, None, 50 * US)
+    assert pipe.optimizer.tolist() == [100_000, 100_000]
+    sol = solve_pipeline(pipe, schedule="1f1b")
+    assert sol.tasks.graph.nodes["1U"]["duration"] == 100_000
+    # left out: memory bound, weights, gradients and state (4 bytes a parameter for SGD's momentum)
+    # read and written once: 4000 bytes x (2 + 4) x 2 / 4 bytes / 1e10 bytes/s = 1.2 us a layer
+    assert _pipe(20 * US, None).optimizer.tolist() == [2400, 2400]
+    # sub-layers: each its own figure or estimate (stage 0: "a" profiled, "b" and "l1" estimated)
+    prof = _prof(20 * US, None)
+    layer = dict(prof["layers"][0])
+    subs = [{**layer, "name": "a", "optimizer": 50 * US}, {**layer, "name": "b"}]
+    prof["layers"][0] = {"name": "p", "sublayers": subs}
+    pipe = pipeline_from_spec(problem_from_profile(prof, microbatches=4, pipeline=2))
+    each = {"p": 50_000 + 1200, "l1": 1200, "l2": 1200, "l3": 1200}
+    assert pipe.optimizer.tolist() == [sum(each[n] for n in names) for names in pipe.stage_layers]
+    assert pipe.stage_layers[0][0] == "p"
+    with pytest.raises(ValueError, match="either the layer's own figures or its sublayers"):
+        LayerSpec(name="p", optimizer=1.0, sublayers=[LayerSpec(name="a")])

@@ -37,7 +37,7 @@ def test_mlp_figures_follow_from_its_shapes():
         assert x["kept_for_weight_grad"] == act  # the linear map's input, for its weight gradient
         # the linear map saves its input, the ReLU its output; the last layer's loss saves more
         assert x["activation_bytes"] == 2 * act if i < 7 else x["activation_bytes"] > act
-        assert x["forward"] > 0 and x["backward_weight"] > 0 and x["backward"] > 0
+        assert x["forward"] > 0 and x["backward_weight"] > 0 and x["backward"] > 0 and x["optimizer"] > 0
         assert (x["backward_input"] > 0) == (i > 0)  # the first layer's input is data
     assert prof["link"] == LINK and prof["dtype"] == "float64" and prof["device"]["peak_flops"] > 0
 
