@@ -311,7 +311,7 @@ def measure_link(
 
 
 def measure_runtime(
-    prof: dict, *, model_options: dict | None = None, steps: int = 6, device: str = "cpu", timeout: float = 300.0
+    prof: dict, *, model_options: dict | None = None, steps: int = 12, device: str = "cpu", timeout: float = 300.0
 ) -> dict:
     """The runner's own costs on this machine, from a short run of the profiled model (``prof``,
     with its link measured, and a builder named by a string): the model split over two ranks, the
@@ -334,7 +334,8 @@ def measure_runtime(
     from layersched.stages import pipeline_from_spec
 
     m = max(prof["num_microbatches"], 2)
-    pipe = pipeline_from_spec(problem_from_profile(prof, microbatches=m, pipeline=2))
+    bare = {**prof, "device": {**prof["device"], "action_overhead": 0.0}}  # the layers' own times
+    pipe = pipeline_from_spec(problem_from_profile(bare, microbatches=m, pipeline=2))
     doc = schedule_file(solve_pipeline(pipe, schedule="1f1b-split"))
     options = {"microbatch_size": prof["microbatch_size"], **(model_options or {})}
     cfg = RunConfig(doc, prof["builder"], steps=steps, model_options=options)

@@ -13,7 +13,7 @@ from layersched.cli import main  # noqa: E402
 from layersched.config import LayerSpec, load_problem  # noqa: E402
 from layersched.export import load_schedule  # noqa: E402
 from layersched.runtime.launch import launch_local  # noqa: E402
-from layersched.runtime.profiler import problem_from_profile, profile, write_problem  # noqa: E402
+from layersched.runtime.profiler import measure_runtime, problem_from_profile, profile, write_problem  # noqa: E402
 from layersched.runtime.runner import train_reference  # noqa: E402
 from layersched.runtime.trace import compare  # noqa: E402
 from layersched.stages import pipeline_from_spec  # noqa: E402
@@ -107,3 +107,41 @@ def test_profile_rejects_bad_arguments(tmp_path, capsys):
     assert main(["profile", MLP, "--microbatch", "0", "--out", str(tmp_path / "x.yaml")]) == 2
     assert "--microbatch: must be at least 1, got 0" in capsys.readouterr().err
     assert not (tmp_path / "x.yaml").exists()
+
+
+def test_measure_runtime_reads_the_cost_beyond_the_layers_of_a_run(monkeypatch):
+    """The estimator on a run whose numbers are known: every compute action takes its layers'
+    profiled time plus 30 us, every step spends another 10 us per action outside any action, and
+    each message is 200 us in flight. A profile that already carries an overhead is measured
+    against its layers' own times, not against layers plus the old overhead."""
+    import layersched.runtime.launch as launch
+    from layersched.runtime.runner import RankResult
+
+    prof = profile(MLP, microbatch=8, repeat=2, link=LINK, num_microbatches=4)
+    prof["device"]["action_overhead"] = 1.0  # a stale figure, to be ignored
+    steps = 4
+
+    def fake_run(jobs, **_):
+        (cfg,) = jobs
+        doc = cfg.schedule
+        seconds = {t.name: t.duration * 1e-9 for t in doc.tasks}
+        assert max(seconds.values()) < 0.1  # the schedule's times are the layers' own
+        out = []
+        for rank, actions in enumerate(doc.actions):
+            events = []
+            for k in range(steps):
+                t = 0.0
+                for a in actions:
+                    events.append({"action": a, "step": k, "start": t, "duration": seconds[a] + 30e-6})
+                    t += seconds[a] + 40e-6
+            # one message a step from rank 0 to rank 1, 200 us plus its bytes over the bandwidth
+            side = [{"side": "send", "clock": k}, {"side": "recv", "clock": k + 200e-6 + 800 / 1e9, "wait": 1e-3}]
+            transfers = [{"step": k, "tag": 0, "bytes": 800, **side[rank]} for k in range(steps)]
+            times = [sum(seconds[a] + 40e-6 for a in actions)] * steps
+            out.append(RankResult(rank, rank, 0, None, {}, events, [float(k) for k in range(steps)], times, transfers))
+        return [out]
+
+    monkeypatch.setattr(launch, "launch_jobs", fake_run)
+    runtime = measure_runtime(prof, steps=steps)
+    assert runtime["action_overhead"] == pytest.approx(40e-6, rel=1e-6)
+    assert runtime["latency"] == pytest.approx(200e-6, rel=1e-6)
