@@ -8,11 +8,13 @@
     action and message latency from a short calibration run), the problem solved with each template
     that applies, the schedule run, and the measured iteration time (mean and median over the steps
     after the first) set beside the predicted one, with the measured/predicted ratio of each action
-    kind and of a message's time in flight.
+    kind and of a message's time in flight. All of it is repeated in rounds, each with a profile of
+    its own: the range of the rounds' ratios shows how much the machine moves between a profile and
+    the runs after it.
 
 Usage::
 
-    python benchmarks/runner_bench.py              # 2 ranks, 30 steps
+    python benchmarks/runner_bench.py              # 2 ranks, 30 steps, 3 rounds of (b)
     python benchmarks/runner_bench.py --quick      # fewer steps, gpt_small only in (b)
 """
 
@@ -89,7 +91,9 @@ def overhead_table(ranks: int, microbatches: int, steps: int, rounds: int) -> No
         )
 
 
-def prediction_table(models: list[tuple[str, dict]], ranks: int, microbatches: int, steps: int) -> None:
+def _prediction_round(models: list[tuple[str, dict]], ranks: int, microbatches: int, steps: int, say) -> list[dict]:
+    """One round: profile each model (layers, link, the runner's costs), solve every template that
+    applies, run the schedules; per schedule the predicted and measured figures."""
     jobs, labels = [], []
     for builder, options in models:
         extra = {k: v for k, v in options.items() if k != "microbatch_size"}
@@ -100,43 +104,73 @@ def prediction_table(models: list[tuple[str, dict]], ranks: int, microbatches: i
             num_microbatches=microbatches,
             model_options=extra,
         )
-        link = prof["link"]
-        print(
-            f"profiled {builder} {options}: link {link['latency'] * 1e6:.0f} us + bytes / "
-            f"{link['bandwidth'] / 1e9:.2f} GB/s"
+        link, overhead = prof["link"], prof["device"]["action_overhead"]
+        say(
+            f"profiled {builder} {options}: per action "
+            + " ".join(f"{k} {v * 1e6:.0f}" for k, v in overhead.items())
+            + f" us; link {link['latency'] * 1e6:.0f} us + bytes / {link['bandwidth'] / 1e9:.2f} GB/s"
         )
         pipe = pipeline_from_spec(problem_from_profile(prof, microbatches=microbatches, pipeline=ranks))
         for name in template_names():
             try:
                 doc = schedule_file(solve_pipeline(pipe, schedule=name))
             except TemplateError as exc:
-                print(f"  {name}: skipped ({exc})")
+                say(f"  {name}: skipped ({exc})")
                 continue
             jobs.append(RunConfig(doc, f"{MODELS}:{builder}", steps=steps, model_options=options))
             labels.append(builder)
-    results = launch_jobs(jobs, timeout=900)
-    print(f"(b) predicted vs measured iteration, {ranks} ranks, {microbatches} micro-batches, steps 1..{steps - 1}")
+    rows = []
+    for label, job, res in zip(labels, jobs, launch_jobs(jobs, timeout=900), strict=True):
+        cmp = compare(job.schedule, trace_document(job.schedule, res))
+        by = {row.what: row for row in cmp.rows}
+        rows.append(
+            {
+                "model": label,
+                "schedule": job.schedule.method,
+                "predicted": by["iteration"].predicted,
+                "mean": by["iteration"].measured,
+                "median": statistics.median(_step_times(res, 1)),
+                "kinds": {k: by[k].ratio for k in ("F", "B", "I", "W", "transfer") if k in by and by[k].ratio},
+            }
+        )
+    return rows
+
+
+def prediction_table(models: list[tuple[str, dict]], ranks: int, microbatches: int, steps: int, rounds: int) -> None:
+    """``rounds`` rounds of `_prediction_round`, each with its own profile, so that the spread shows
+    how far the machine itself moves between a profile and the runs that follow it."""
+    per_round = []
+    for k in range(rounds):
+        per_round.append(_prediction_round(models, ranks, microbatches, steps, say=print if k == 0 else lambda _: None))
+    print(
+        f"(b) predicted vs measured iteration, {ranks} ranks, {microbatches} micro-batches, steps 1..{steps - 1}, "
+        f"{rounds} round(s) of profile + runs"
+    )
     print(
         f"{'model':<11}{'schedule':<12}{'predicted':>10}{'mean':>9}{'median':>9}{'median/pred':>12}"
-        f"{'F':>7}{'B':>7}{'I':>7}{'W':>7}{'X':>7}"
+        f"{'rounds':>13}{'F':>7}{'B':>7}{'I':>7}{'W':>7}{'X':>7}"
     )
     ratios = []
-    for label, job, res in zip(labels, jobs, results, strict=True):
-        cmp = compare(job.schedule, trace_document(job.schedule, res))
-        rows = {row.what: row for row in cmp.rows}
-        predicted = rows["iteration"].predicted
-        median = statistics.median(_step_times(res, 1))
+    for j, first in enumerate(per_round[0]):
+        mine = [rows[j] for rows in per_round]
+        each = [r["median"] / r["predicted"] for r in mine]
+        ratio = statistics.median(each)
+        ratios.append(ratio)
         kinds = "".join(
-            f"{rows[k].ratio:>7.2f}" if k in rows and rows[k].ratio else f"{'-':>7}"
+            f"{statistics.median(r['kinds'][k] for r in mine):>7.2f}" if k in first["kinds"] else f"{'-':>7}"
             for k in ("F", "B", "I", "W", "transfer")
         )
-        ratios.append(median / predicted)
+        spread = f"{min(each):.2f}-{max(each):.2f}"
         print(
-            f"{label:<11}{job.schedule.method:<12}{predicted * 1e3:>10.2f}"
-            f"{rows['iteration'].measured * 1e3:>9.2f}{median * 1e3:>9.2f}"
-            f"{median / predicted:>12.3f}{kinds}"
+            f"{first['model']:<11}{first['schedule']:<12}{statistics.median(r['predicted'] for r in mine) * 1e3:>10.2f}"
+            f"{statistics.median(r['mean'] for r in mine) * 1e3:>9.2f}"
+            f"{statistics.median(r['median'] for r in mine) * 1e3:>9.2f}{ratio:>12.3f}{spread:>13}{kinds}"
         )
-    print("times in ms; F/B/I/W: measured/predicted mean action time; X: the same for a message's time in flight")
+    print(
+        "times in ms, medians over the rounds; median/pred: the median over the rounds of each round's median "
+        "step over its prediction, 'rounds' their range; F/B/I/W: measured/predicted mean action time; X: the "
+        "same for a message's time in flight"
+    )
     within = sum(abs(r - 1) <= 0.1 for r in ratios)
     print(
         f"median/predicted: {min(ratios):.3f} to {max(ratios):.3f}, geometric mean "
@@ -149,6 +183,7 @@ def main() -> None:
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--microbatches", type=int, default=8)
     ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of profile + runs in (b) (default 3)")
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
     steps = 10 if args.quick else args.steps
@@ -157,7 +192,7 @@ def main() -> None:
     models = [("gpt_small", {"microbatch_size": 4})]
     if not args.quick:
         models.append(("mlp", {"microbatch_size": 64, "width": 256}))
-    prediction_table(models, args.ranks, args.microbatches, steps)
+    prediction_table(models, args.ranks, args.microbatches, steps, rounds=1 if args.quick else args.rounds)
 
 
 if __name__ == "__main__":

@@ -159,11 +159,11 @@ class DeviceSpec(Strict):
     flops_efficiency: Annotated[float, Field(gt=0, le=1)] = 0.5
     bandwidth_efficiency: Annotated[float, Field(gt=0, le=1)] = 0.7
     action_overhead: Annotated[
-        float,
+        NonNeg | dict[Literal["F", "I", "W", "B"], NonNeg],
         Field(
-            ge=0,
-            description="seconds every compute action (F, B, I, W) costs beyond its layers' time: the "
-            "runtime's dispatch and bookkeeping (the profiler measures it); 0 by default",
+            description="seconds every compute action costs beyond its layers' time: the runtime's "
+            "dispatch and bookkeeping (the profiler measures it). One figure for every kind, or one "
+            "per kind ({F: ..., I: ..., W: ..., B: ...}; a kind left out costs 0); 0 by default",
         ),
     ] = 0.0
 

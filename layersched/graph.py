@@ -74,8 +74,10 @@ def build_graph(pipe: Pipeline, *, split_backward: bool = True, stage_to_rank: l
     )
     back = ("I", "W") if split_backward else ("B",)
     for s in range(S):
-        o = pipe.action_overhead
-        F, I, W = (int(x[s]) + o for x in (pipe.forward, pipe.backward_input, pipe.backward_weight))
+        F, I, W = (
+            int(x[s]) + pipe.overhead(k)
+            for k, x in (("F", pipe.forward), ("I", pipe.backward_input), ("W", pipe.backward_weight))
+        )
         mem_f, mem_w = int(pipe.mem_forward[s]), int(pipe.mem_freed_by_weight[s])
         for i in range(m):
             g.add_node(f"{s}F{i}", kind="F", stage=s, microbatch=i, rank=ranks[s], duration=F, memory=mem_f)
@@ -86,7 +88,8 @@ def build_graph(pipe: Pipeline, *, split_backward: bool = True, stage_to_rank: l
                 g.add_node(f"{s}W{i}", kind="W", stage=s, microbatch=i, rank=ranks[s], duration=W, memory=-mem_w)
                 g.add_edge(f"{s}I{i}", f"{s}W{i}", delay=0)
             else:
-                B = I + W - o if pipe.backward is None else int(pipe.backward[s]) + o
+                fused = pipe.backward_input[s] + pipe.backward_weight[s] if pipe.backward is None else pipe.backward[s]
+                B = int(fused) + pipe.overhead("B")
                 g.add_node(f"{s}B{i}", kind="B", stage=s, microbatch=i, rank=ranks[s], duration=B, memory=-mem_f)
             first_back = f"{s}{back[0]}{i}"
             if s + 1 < S:

@@ -32,7 +32,8 @@ class Pipeline:
     is the time to send stage ``s``'s output to stage ``s + 1`` (and the gradient back).
     ``backward`` is the time of a fused backward (``B``) where it is not ``backward_input +
     backward_weight`` (None: it is). ``action_overhead`` is added to every compute action (``F``,
-    ``I``, ``W`` and the fused ``B`` alike): the runtime's fixed cost per action."""
+    ``I``, ``W`` and the fused ``B``; one figure for all, or one per kind, see `overhead`): the
+    runtime's fixed cost per action."""
 
     name: str
     num_ranks: int
@@ -54,8 +55,13 @@ class Pipeline:
     default_solver: str | None = None
     objective: str = "span"
     static_memory: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    action_overhead: int = 0
+    action_overhead: int | dict[str, int] = 0
     backward: np.ndarray | None = None
+
+    def overhead(self, kind: str) -> int:
+        """The fixed cost of one action of ``kind`` (``F``, ``I``, ``W`` or ``B``)."""
+        o = self.action_overhead
+        return int(o.get(kind, 0)) if isinstance(o, dict) else int(o)
 
     @property
     def num_stages(self) -> int:
@@ -199,7 +205,11 @@ def _model_pipeline(spec: ProblemSpec, source: str) -> Pipeline:
         default_solver=train.solver,
         objective=train.objective,
         static_memory=static,
-        action_overhead=round(dev.action_overhead * ns),
+        action_overhead=(
+            {k: round(v * ns) for k, v in dev.action_overhead.items()}
+            if isinstance(dev.action_overhead, dict)
+            else round(dev.action_overhead * ns)
+        ),
         backward=per_stage("backward", ns) if any(s.backward is not None for x in layers for s in x.leaves()) else None,
     )
 

@@ -351,9 +351,8 @@ class _Timeline:
 
     def __init__(self, pipe: Pipeline):
         S = self.S = pipe.num_stages
-        o = pipe.action_overhead
         self.dur = {
-            k: [int(t) + o for t in x]
+            k: [int(t) + pipe.overhead(k) for t in x]
             for k, x in (("F", pipe.forward), ("I", pipe.backward_input), ("W", pipe.backward_weight))
         }
         self.mf, self.mw = pipe.mem_forward.tolist(), pipe.mem_freed_by_weight.tolist()

@@ -100,8 +100,11 @@ def cmd_profile(args, console) -> int:
     link = prof.get("link")
     if link:
         console.print(f"link: {link['latency'] * 1e6:.1f} us + bytes / {link['bandwidth'] / 1e9:.2f} GB/s")
-    if prof["device"].get("action_overhead"):
-        console.print(f"runner: {prof['device']['action_overhead'] * 1e6:.1f} us per action beyond its layers")
+    overhead = prof["device"].get("action_overhead")
+    if overhead:
+        each = overhead if isinstance(overhead, dict) else dict.fromkeys("FIWB", overhead)
+        figures = ", ".join(f"{k} {v * 1e6:.1f} us" for k, v in each.items())
+        console.print(f"runner, per action beyond its layers: {figures}")
     console.print(f"wrote {args.out}")
     return 0
 

@@ -313,13 +313,14 @@ def measure_link(
 def measure_runtime(
     prof: dict, *, model_options: dict | None = None, steps: int = 12, device: str = "cpu", timeout: float = 300.0
 ) -> dict:
-    """The runner's own costs on this machine, from a short run of the profiled model (``prof``,
+    """The runner's own costs on this machine, from short runs of the profiled model (``prof``,
     with its link measured, and a builder named by a string): the model split over two ranks, the
-    ``1f1b-split`` schedule of the profile's micro-batch count, ``steps`` steps (the first left out).
+    ``1f1b-split`` schedule (``F``, ``I``, ``W``) and the ``1f1b`` one (``F``, fused ``B``) of the
+    profile's micro-batch count, ``steps`` steps each (the first left out).
 
-    - ``action_overhead``: per compute action, the median of (measured - profiled time of its
-      layers), plus the median share per action of each rank's step time spent outside any action
-      or wait (posting messages, bookkeeping);
+    - ``action_overhead``: per kind of compute action, the median of (measured - profiled time of
+      its layers), plus the median share per action of each rank's step time spent outside any
+      action or wait (posting messages, bookkeeping), the same for every kind;
     - ``latency``: the median over the messages whose arrival was observed of (time in flight -
       bytes / the ping-pong bandwidth).
 
@@ -336,25 +337,30 @@ def measure_runtime(
     m = max(prof["num_microbatches"], 2)
     bare = {**prof, "device": {**prof["device"], "action_overhead": 0.0}}  # the layers' own times
     pipe = pipeline_from_spec(problem_from_profile(bare, microbatches=m, pipeline=2))
-    doc = schedule_file(solve_pipeline(pipe, schedule="1f1b-split"))
     options = {"microbatch_size": prof["microbatch_size"], **(model_options or {})}
-    cfg = RunConfig(doc, prof["builder"], steps=steps, model_options=options)
-    results = launch_jobs([cfg], timeout=timeout, device=device, threads=prof["threads"])[0]
-    predicted = {t.name: t.duration * 1e-9 for t in doc.tasks}
-    extra, outside = [], []
-    for r in results:
-        for k in range(1, steps):
-            events = [e for e in r.events if e["step"] == k]
-            for e in events:
-                if not e.get("wait") and e["action"] in predicted and parse_action(e["action"])[2] is not None:
-                    extra.append(e["duration"] - predicted[e["action"]])
-            actions = sum(not e.get("wait") for e in events)
-            outside.append((r.step_times[k] - sum(e["duration"] for e in events)) / max(actions, 1))
-    flights = flight_times(trace_document(doc, results), list(range(1, steps)))
+    docs = [schedule_file(solve_pipeline(pipe, schedule=name)) for name in ("1f1b-split", "1f1b")]
+    jobs = [RunConfig(doc, prof["builder"], steps=steps, model_options=options) for doc in docs]
+    runs = launch_jobs(jobs, timeout=timeout, device=device, threads=prof["threads"])
+    extra: dict[str, list[float]] = {k: [] for k in "FIWB"}
+    outside, flights = [], []
+    for cfg, results in zip(jobs, runs, strict=True):
+        predicted = {t.name: t.duration * 1e-9 for t in cfg.schedule.tasks}
+        for r in results:
+            for k in range(1, steps):
+                events = [e for e in r.events if e["step"] == k]
+                for e in events:
+                    if not e.get("wait") and e["action"] in predicted:
+                        _, kind, mb = parse_action(e["action"])
+                        if mb is not None:
+                            extra[kind].append(e["duration"] - predicted[e["action"]])
+                actions = sum(not e.get("wait") for e in events)
+                outside.append((r.step_times[k] - sum(e["duration"] for e in events)) / max(actions, 1))
+        flights += flight_times(trace_document(cfg.schedule, results), list(range(1, steps)))
     bandwidth = prof["link"]["bandwidth"]
     latency = statistics.median(sec - b / bandwidth for b, sec in flights) if flights else prof["link"]["latency"]
+    between = statistics.median(outside)
     return {
-        "action_overhead": max(statistics.median(extra) + statistics.median(outside), 0.0),
+        "action_overhead": {k: max(statistics.median(v) + between, 0.0) for k, v in extra.items()},
         "latency": max(latency, 0.0),
     }
 
@@ -375,8 +381,8 @@ def profile(
     ``microbatch``: per-layer times and bytes, the device, and the link between two local ranks
     (``link``: ``"measure"``, given figures ``{"bandwidth", "latency"}``, or None to leave it out).
     Measuring the link (with the builder named by a string) also runs the model for a few steps on
-    two local ranks (`measure_runtime`): the runner's cost per action and the latency of its
-    messages."""
+    two local ranks (`measure_runtime`): the runner's cost per action of each kind and the latency
+    of its messages."""
     dev = torch.device("cuda", 0) if device == "cuda" else torch.device(device)
     w = load_workload(model, microbatch_size=microbatch, **(model_options or {}))
     x, y = w.batches(0, 1)[0]

@@ -12,6 +12,7 @@ from layersched.config import LayerSpec  # noqa: E402
 from layersched.runtime.profiler import problem_from_profile  # noqa: E402
 from layersched.solve import solve_pipeline  # noqa: E402
 from layersched.stages import pipeline_from_spec  # noqa: E402
+from layersched.templates import _Timeline  # noqa: E402
 
 US = 1e-6
 
@@ -110,3 +111,26 @@ def test_the_optimizer_step_is_the_profiled_figure_or_the_estimate():
     assert pipe.stage_layers[0][0] == "p"
     with pytest.raises(ValueError, match="either the layer's own figures or its sublayers"):
         LayerSpec(name="p", optimizer=1.0, sublayers=[LayerSpec(name="a")])
+
+
+def test_an_overhead_per_kind_goes_to_the_actions_of_that_kind():
+    prof = _prof(0.0, 150 * US)
+    prof["device"]["action_overhead"] = {"F": 10 * US, "I": 20 * US, "W": 30 * US, "B": 40 * US}
+    pipe = pipeline_from_spec(problem_from_profile(prof, microbatches=4, pipeline=2))
+    assert [pipe.overhead(k) for k in "FIWB"] == [10_000, 20_000, 30_000, 40_000]
+    split = solve_pipeline(pipe, schedule="1f1b-split").tasks.graph.nodes
+    assert [split[n]["duration"] for n in ("1F2", "1I2", "1W2")] == [210_000, 220_000, 230_000]
+    fused = solve_pipeline(pipe, schedule="1f1b").tasks.graph.nodes
+    assert fused["1B2"]["duration"] == 340_000
+    # the Zero Bubble sweep times its passes with the same figures
+    assert _Timeline(pipe).dur == {
+        "F": (pipe.forward + 10_000).tolist(),
+        "I": (pipe.backward_input + 20_000).tolist(),
+        "W": (pipe.backward_weight + 30_000).tolist(),
+    }
+    # a kind left out costs nothing; an unknown kind is an error
+    prof["device"]["action_overhead"] = {"B": 40 * US}
+    assert pipeline_from_spec(problem_from_profile(prof, microbatches=4, pipeline=2)).overhead("F") == 0
+    prof["device"]["action_overhead"] = {"X": 1.0}
+    with pytest.raises(ValueError, match="action_overhead"):
+        problem_from_profile(prof, microbatches=4, pipeline=2)

@@ -87,7 +87,9 @@ def test_profile_solve_run_compare(tmp_path):
     spec = load_problem(problem)
     assert spec.cluster.intra_node.bandwidth > 0 and spec.training.microbatch_size == 8
     # the short calibration run measured what the runner costs beyond the layers
-    assert spec.cluster.device.action_overhead > 0 and spec.cluster.intra_node.latency > 0
+    overhead = spec.cluster.device.action_overhead
+    assert set(overhead) == set("FIWB") and all(v > 0 for v in overhead.values())
+    assert spec.cluster.intra_node.latency > 0
     assert all(layer.backward is not None for layer in spec.model.layers)
     assert main(["solve", str(problem), "--out", str(schedule), "--quiet"]) == 0
     doc = load_schedule(schedule)
@@ -110,9 +112,9 @@ def test_profile_rejects_bad_arguments(tmp_path, capsys):
 
 
 def test_measure_runtime_reads_the_cost_beyond_the_layers_of_a_run(monkeypatch):
-    """The estimator on a run whose numbers are known: every compute action takes its layers'
-    profiled time plus 30 us, every step spends another 10 us per action outside any action, and
-    each message is 200 us in flight. A profile that already carries an overhead is measured
+    """The estimator on runs whose numbers are known: every compute action takes its layers'
+    profiled time plus a figure of its kind, every step spends another 10 us per action outside any
+    action, and each message is 200 us in flight. A profile that already carries an overhead is measured
     against its layers' own times, not against layers plus the old overhead."""
     import layersched.runtime.launch as launch
     from layersched.runtime.runner import RankResult
@@ -121,9 +123,13 @@ def test_measure_runtime_reads_the_cost_beyond_the_layers_of_a_run(monkeypatch):
     prof["device"]["action_overhead"] = 1.0  # a stale figure, to be ignored
     steps = 4
 
+    extra = {"F": 30e-6, "I": 20e-6, "W": 10e-6, "B": 50e-6}
+
     def fake_run(jobs, **_):
-        (cfg,) = jobs
-        doc = cfg.schedule
+        assert [cfg.schedule.method for cfg in jobs] == ["1f1b-split", "1f1b"]
+        return [fake_results(cfg.schedule) for cfg in jobs]
+
+    def fake_results(doc):
         seconds = {t.name: t.duration * 1e-9 for t in doc.tasks}
         assert max(seconds.values()) < 0.1  # the schedule's times are the layers' own
         out = []
@@ -132,16 +138,16 @@ def test_measure_runtime_reads_the_cost_beyond_the_layers_of_a_run(monkeypatch):
             for k in range(steps):
                 t = 0.0
                 for a in actions:
-                    events.append({"action": a, "step": k, "start": t, "duration": seconds[a] + 30e-6})
-                    t += seconds[a] + 40e-6
+                    events.append({"action": a, "step": k, "start": t, "duration": seconds[a] + extra[a[1]]})
+                    t += seconds[a] + extra[a[1]] + 10e-6
             # one message a step from rank 0 to rank 1, 200 us plus its bytes over the bandwidth
             side = [{"side": "send", "clock": k}, {"side": "recv", "clock": k + 200e-6 + 800 / 1e9, "wait": 1e-3}]
             transfers = [{"step": k, "tag": 0, "bytes": 800, **side[rank]} for k in range(steps)]
-            times = [sum(seconds[a] + 40e-6 for a in actions)] * steps
+            times = [t] * steps
             out.append(RankResult(rank, rank, 0, None, {}, events, [float(k) for k in range(steps)], times, transfers))
-        return [out]
+        return out
 
     monkeypatch.setattr(launch, "launch_jobs", fake_run)
     runtime = measure_runtime(prof, steps=steps)
-    assert runtime["action_overhead"] == pytest.approx(40e-6, rel=1e-6)
+    assert runtime["action_overhead"] == pytest.approx({k: v + 10e-6 for k, v in extra.items()}, rel=1e-6)
     assert runtime["latency"] == pytest.approx(200e-6, rel=1e-6)
