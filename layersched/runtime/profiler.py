@@ -318,9 +318,11 @@ def measure_runtime(
     ``1f1b-split`` schedule (``F``, ``I``, ``W``) and the ``1f1b`` one (``F``, fused ``B``) of the
     profile's micro-batch count, ``steps`` steps each (the first left out).
 
-    - ``action_overhead``: per kind of compute action, the median of (measured - profiled time of
-      its layers), plus the median share per action of each rank's step time spent outside any
-      action or wait (posting messages, bookkeeping), the same for every kind;
+    - ``action_overhead``: per kind of compute action, the mean of (measured - profiled time of
+      its layers), plus the mean share per action of each rank's step time spent outside any
+      action or wait (posting messages, bookkeeping), the same for every kind. Means, not
+      medians: the occasional stall (a few per step, up to milliseconds each on a loaded CPU) is
+      part of what a step costs, and the median leaves it out (predictions read 5% low with it);
     - ``latency``: the median over the messages whose arrival was observed of (time in flight -
       bytes / the ping-pong bandwidth).
 
@@ -358,9 +360,9 @@ def measure_runtime(
         flights += flight_times(trace_document(cfg.schedule, results), list(range(1, steps)))
     bandwidth = prof["link"]["bandwidth"]
     latency = statistics.median(sec - b / bandwidth for b, sec in flights) if flights else prof["link"]["latency"]
-    between = statistics.median(outside)
+    between = statistics.fmean(outside)
     return {
-        "action_overhead": {k: max(statistics.median(v) + between, 0.0) for k, v in extra.items()},
+        "action_overhead": {k: max(statistics.fmean(v) + between, 0.0) for k, v in extra.items()},
         "latency": max(latency, 0.0),
     }
 
