@@ -64,6 +64,12 @@ def _parser() -> argparse.ArgumentParser:
         "iteration from time 0 (default: the problem's own)",
     )
     s.add_argument("--microbatches", type=int, metavar="M", help="override the number of micro-batches")
+    s.add_argument(
+        "--pipeline",
+        type=int,
+        metavar="P",
+        help="override the pipeline ranks of a model-level problem (its layers are split again)",
+    )
     s.add_argument("--time-limit", type=float, default=30.0, metavar="S", help="solver time limit in seconds")
     s.add_argument("--out", default="schedule.json", help="where to write the schedule (default: schedule.json)")
     s.add_argument("--quiet", action="store_true", help="print nothing but errors")
@@ -146,6 +152,16 @@ def cmd_solve(args, console: Console) -> int:
     from layersched.stages import pipeline_from_spec
 
     spec = load_problem(args.problem)
+    if args.pipeline is not None:
+        if args.pipeline < 1:
+            raise SpecError(f"--pipeline: must be at least 1, got {args.pipeline}")
+        if spec.training is None:
+            raise SpecError(
+                f"--pipeline: {args.problem} gives its stages directly; only a model-level problem "
+                "(model, cluster, training) can be split into another number of stages"
+            )
+        training = type(spec.training).model_validate({**spec.training.model_dump(), "pipeline": args.pipeline})
+        spec = spec.model_copy(update={"training": training})
     pipe = pipeline_from_spec(spec, args.problem)
     if args.microbatches is not None:
         if args.microbatches < 1:

@@ -9,7 +9,7 @@ Example::
 
     layersched solve problems/mlp-tiny.yaml --schedule 1f1b --out schedule.json
     torchrun --nproc-per-node 2 -m layersched.run schedule.json --model examples/models.py:mlp \\
-        --model-arg depth=4 --steps 20 --trace run-trace.json
+        --model-arg depth=4 --steps 20          # writes run-trace.json (--trace FILE, --no-trace)
     layersched compare schedule.json run-trace.json
 """
 
@@ -51,9 +51,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--trace",
         metavar="FILE",
-        help="write the timed actions to FILE (ours, for "
-        "'layersched compare') and FILE with .chrome.json (for https://ui.perfetto.dev)",
+        default="run-trace.json",
+        help="write the timed actions to FILE (ours, for 'layersched compare') and FILE with "
+        ".chrome.json (for https://ui.perfetto.dev); default run-trace.json",
     )
+    p.add_argument("--no-trace", action="store_true", help="write no trace files")
     p.add_argument(
         "--runtime",
         choices=["layersched", "torch"],
@@ -174,7 +176,7 @@ def _report(doc, results, args) -> None:
     for k in range(steps):
         loss = sum(r[k] for r in replicas) / len(replicas) if replicas else float("nan")
         print(f"{k:>5} {loss:>12.6f} {max(r.step_times[k] for r in results) * 1e3:>10.2f}")
-    if args.trace:
+    if args.trace and not args.no_trace:
         from layersched.runtime.trace import trace_document, write_trace
 
         ours, chrome = write_trace(args.trace, trace_document(doc, results, args.runtime), doc)

@@ -118,7 +118,8 @@ def _model_pipeline(spec: ProblemSpec, source: str) -> Pipeline:
     if ranks * train.data_parallel > cluster.num_devices:
         raise SpecError(
             f"{source}: training: pipeline x data_parallel = {ranks * train.data_parallel} "
-            f"devices, but the cluster has {cluster.num_devices}; lower them or add devices"
+            f"devices, but the cluster has {cluster.num_devices}; lower them or add devices (a profiled "
+            "problem describes this machine with as many devices as 'layersched profile --pipeline' asked for)"
         )
     layers = model_layers(model, cluster.device, train.microbatch_size)
     S = ranks * train.stages_per_rank

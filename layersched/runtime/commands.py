@@ -12,6 +12,7 @@ Example
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable
 
 
@@ -105,6 +106,14 @@ def cmd_profile(args, console) -> int:
         each = overhead if isinstance(overhead, dict) else dict.fromkeys("FIWB", overhead)
         figures = ", ".join(f"{k} {v * 1e6:.1f} us" for k, v in each.items())
         console.print(f"runner, per action beyond its layers: {figures}")
+    ranks = args.pipeline * args.data_parallel
+    cores = os.cpu_count() or 1
+    if args.device == "cpu" and ranks * args.threads > cores:
+        console.print(
+            f"[yellow]warning:[/] {ranks} ranks x {args.threads} thread(s) on {cores} CPU cores: the problem "
+            "counts every rank as a device of its own, so a run of it on this machine will take longer "
+            "than predicted"
+        )
     console.print(f"wrote {args.out}")
     return 0
 

@@ -54,6 +54,22 @@ def test_model_level_problem_and_microbatch_override(tmp_path, capsys):
     assert main(["validate", str(out)]) == 0
 
 
+def test_pipeline_override_splits_a_model_level_problem_again(tmp_path, capsys):
+    out = tmp_path / "p.json"
+    tiny = str(DATA / "tiny-model.yaml")
+    assert main(["solve", tiny, "--pipeline", "1", "--out", str(out), "--quiet"]) == 0
+    doc = load_schedule(out)
+    assert doc.pipeline.num_ranks == 1 and doc.pipeline.stage_layers == [["l0", "l1", "l2", "l3"]]
+    capsys.readouterr()
+    assert main(["solve", tiny, "--pipeline", "4", "--out", str(out), "--quiet"]) == 2
+    assert "pipeline x data_parallel = 8 devices, but the cluster has 4" in capsys.readouterr().err
+    assert main(["solve", tiny, "--pipeline", "0", "--out", str(out), "--quiet"]) == 2
+    assert "--pipeline: must be at least 1, got 0" in capsys.readouterr().err
+    assert main(["solve", str(DATA / "zb-1.5b.yaml"), "--pipeline", "2", "--out", str(out), "--quiet"]) == 2
+    assert "gives its stages directly" in capsys.readouterr().err
+    assert load_schedule(out).pipeline.num_ranks == 1  # the failed runs left the last good file alone
+
+
 def test_generic_solver_from_cli(tmp_path):
     pytest.importorskip("solvers.listsched")
     out = tmp_path / "l.json"

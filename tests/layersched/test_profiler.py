@@ -151,3 +151,14 @@ def test_measure_runtime_reads_the_cost_beyond_the_layers_of_a_run(monkeypatch):
     runtime = measure_runtime(prof, steps=steps)
     assert runtime["action_overhead"] == pytest.approx({k: v + 10e-6 for k, v in extra.items()}, rel=1e-6)
     assert runtime["latency"] == pytest.approx(200e-6, rel=1e-6)
+
+
+def test_profile_warns_when_the_ranks_outnumber_the_cores(tmp_path, capsys, monkeypatch):
+    import layersched.runtime.commands as commands
+
+    monkeypatch.setattr(commands.os, "cpu_count", lambda: 2)
+    args = ["profile", MLP, "--microbatch", "2", "--repeat", "1", "--link", "estimate", "--out"]
+    assert main([*args, str(tmp_path / "a.yaml"), "--pipeline", "4"]) == 0
+    assert "4 ranks x 1 thread(s) on 2 CPU cores" in " ".join(capsys.readouterr().out.split())
+    assert main([*args, str(tmp_path / "b.yaml"), "--pipeline", "2"]) == 0
+    assert "CPU cores" not in capsys.readouterr().out

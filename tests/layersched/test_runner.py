@@ -288,6 +288,7 @@ def test_torchrun_and_bad_input(tmp_path):
     assert out.returncode == 0, out.stderr
     _, ref_losses = train_reference(MLP, 4, steps=1)
     assert float(out.stdout.splitlines()[2].split()[1]) == pytest.approx(ref_losses[0], rel=1e-6)
+    assert len(json.loads((tmp_path / "run-trace.json").read_text())["ranks"]) == 2  # the default trace
     bad = subprocess.run(
         [sys.executable, *args[:3], "--model", f"{ROOT / 'examples' / 'models.py'}:missing"],
         capture_output=True,
