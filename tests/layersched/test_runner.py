@@ -68,7 +68,7 @@ def _config(doc, model: str = MLP, runtime: str = "layersched") -> RunConfig:
 
 
 def _cases(ranks: int, dp: int) -> list[Case]:
-    """Every template (ours and, where it can, torch's runtime) and the list solver, on
+    """Every template (ours and, where it can, torch's runtime), the list solver and CP-SAT, on
     ``ranks`` pipeline ranks x ``dp`` replicas of the 8-layer MLP."""
     out = []
     tag = f"{ranks}x{dp}"
@@ -83,8 +83,9 @@ def _cases(ranks: int, dp: int) -> list[Case]:
         out.append(Case(f"{name}-{tag}", _config(doc)))
         why = torch_supports(doc)
         out.append(Case(f"{name}-{tag}-torch", None if why else _config(doc, runtime="torch"), why))
-    doc = schedule_file(solve_pipeline(stage_pipe(ranks, m, 1, dp), solver="list"))
-    out.append(Case(f"list-solver-{tag}", _config(doc)))
+    for solver, options in (("list", {}), ("cpsat", {"time_limit": 10})):
+        doc = schedule_file(solve_pipeline(stage_pipe(ranks, m, 1, dp), solver=solver, **options))
+        out.append(Case(f"{solver}-solver-{tag}", _config(doc)))
     return out
 
 
