@@ -14,7 +14,7 @@
 
 Usage::
 
-    python benchmarks/runner_bench.py              # 2 ranks, 30 steps, 3 rounds of (b)
+    python benchmarks/runner_bench.py              # 2 ranks, 30 steps, 4 rounds of (b)
     python benchmarks/runner_bench.py --quick      # fewer steps, gpt_small only in (b)
 """
 
@@ -27,7 +27,7 @@ from pathlib import Path
 from layersched.config import ProblemSpec
 from layersched.export import schedule_file
 from layersched.runtime.launch import launch_jobs
-from layersched.runtime.profiler import problem_from_profile, profile
+from layersched.runtime.profiler import CALIBRATION_SCHEDULES, problem_from_profile, profile
 from layersched.runtime.runner import RunConfig
 from layersched.runtime.torch_runtime import torch_supports
 from layersched.runtime.trace import compare, trace_document
@@ -36,7 +36,7 @@ from layersched.stages import pipeline_from_spec
 from layersched.templates import TemplateError, template_names
 
 MODELS = Path(__file__).resolve().parents[1] / "examples" / "models.py"
-CALIBRATION = ("1f1b-split", "1f1b")  # the schedules `layersched.runtime.profiler.measure_runtime` runs
+CALIBRATION = CALIBRATION_SCHEDULES  # the schedules `layersched.runtime.profiler.measure_runtime` runs
 
 
 def _step_times(results, skip: int) -> list[float]:
@@ -92,10 +92,14 @@ def overhead_table(ranks: int, microbatches: int, steps: int, rounds: int) -> No
         )
 
 
-def _prediction_round(models: list[tuple[str, dict]], ranks: int, microbatches: int, steps: int, say) -> list[dict]:
-    """One round: profile each model (layers, link, the runner's costs), solve every template that
-    applies, run the schedules; per schedule the predicted and measured figures."""
-    jobs, labels = [], []
+def _prediction_round(
+    models: list[tuple[str, dict]], ranks: int, microbatches: int, steps: int, say, reverse: bool
+) -> list[dict]:
+    """One round: per model, profile it (layers, link, the runner's costs), solve every template
+    that applies and run the schedules right away (in reverse order with ``reverse``: this machine
+    slows by up to 10% over a minute or two of load, which would otherwise fall on the schedules
+    run last); per schedule, in template order, the predicted and measured figures."""
+    rows = []
     for builder, options in models:
         extra = {k: v for k, v in options.items() if k != "microbatch_size"}
         prof = profile(
@@ -112,6 +116,7 @@ def _prediction_round(models: list[tuple[str, dict]], ranks: int, microbatches: 
             + f" us; link {link['latency'] * 1e6:.0f} us + bytes / {link['bandwidth'] / 1e9:.2f} GB/s"
         )
         pipe = pipeline_from_spec(problem_from_profile(prof, microbatches=microbatches, pipeline=ranks))
+        jobs = []
         for name in template_names():
             try:
                 doc = schedule_file(solve_pipeline(pipe, schedule=name))
@@ -119,30 +124,32 @@ def _prediction_round(models: list[tuple[str, dict]], ranks: int, microbatches: 
                 say(f"  {name}: skipped ({exc})")
                 continue
             jobs.append(RunConfig(doc, f"{MODELS}:{builder}", steps=steps, model_options=options))
-            labels.append(builder)
-    rows = []
-    for label, job, res in zip(labels, jobs, launch_jobs(jobs, timeout=900), strict=True):
-        cmp = compare(job.schedule, trace_document(job.schedule, res))
-        by = {row.what: row for row in cmp.rows}
-        rows.append(
-            {
-                "model": label,
-                "schedule": job.schedule.method,
-                "predicted": by["iteration"].predicted,
-                "mean": by["iteration"].measured,
-                "median": statistics.median(_step_times(res, 1)),
-                "kinds": {k: by[k].ratio for k in ("F", "B", "I", "W", "transfer") if k in by and by[k].ratio},
-            }
-        )
+        order = jobs[::-1] if reverse else jobs
+        runs = dict(zip(map(id, order), launch_jobs(order, timeout=900), strict=True))
+        for job, res in ((job, runs[id(job)]) for job in jobs):
+            cmp = compare(job.schedule, trace_document(job.schedule, res))
+            by = {row.what: row for row in cmp.rows}
+            rows.append(
+                {
+                    "model": builder,
+                    "schedule": job.schedule.method,
+                    "predicted": by["iteration"].predicted,
+                    "mean": by["iteration"].measured,
+                    "median": statistics.median(_step_times(res, 1)),
+                    "kinds": {k: by[k].ratio for k in ("F", "B", "I", "W", "transfer") if k in by and by[k].ratio},
+                }
+            )
     return rows
 
 
 def prediction_table(models: list[tuple[str, dict]], ranks: int, microbatches: int, steps: int, rounds: int) -> None:
-    """``rounds`` rounds of `_prediction_round`, each with its own profile, so that the spread shows
-    how far the machine itself moves between a profile and the runs that follow it."""
+    """``rounds`` rounds of `_prediction_round`, each with its own profile (every other one running
+    the schedules in reverse), so that the spread shows how far the machine itself moves between a
+    profile and the runs that follow it."""
     per_round = []
     for k in range(rounds):
-        per_round.append(_prediction_round(models, ranks, microbatches, steps, say=print if k == 0 else lambda _: None))
+        say = print if k == 0 else lambda _: None
+        per_round.append(_prediction_round(models, ranks, microbatches, steps, say=say, reverse=k % 2 == 1))
     print(
         f"(b) predicted vs measured iteration, {ranks} ranks, {microbatches} micro-batches, steps 1..{steps - 1}, "
         f"{rounds} round(s) of profile + runs"
@@ -171,8 +178,8 @@ def prediction_table(models: list[tuple[str, dict]], ranks: int, microbatches: i
     print(
         "times in ms, medians over the rounds; median/pred: the median over the rounds of each round's median "
         "step over its prediction, 'rounds' their range; F/B/I/W: measured/predicted mean action time; X: the "
-        "same for a message's time in flight; *: a schedule the profile's calibration runs (its per-action "
-        "costs are fitted on it)"
+        "same for a message's time in flight; *: a schedule the profile's calibration runs (the runner's "
+        "per-action costs are fitted to its iteration time)"
     )
     for what, keep in (("all", lambda s: True), ("not calibrated on", lambda s: s not in CALIBRATION)):
         mine = [r for r, row in zip(ratios, per_round[0], strict=True) if keep(row["schedule"])]
@@ -188,7 +195,9 @@ def main() -> None:
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--microbatches", type=int, default=8)
     ap.add_argument("--steps", type=int, default=30)
-    ap.add_argument("--rounds", type=int, default=3, help="rounds of profile + runs in (b) (default 3)")
+    ap.add_argument(
+        "--rounds", type=int, default=4, help="rounds of profile + runs in (b), every other one in reverse (default 4)"
+    )
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
     steps = 10 if args.quick else args.steps

@@ -311,7 +311,13 @@ def measure_link(
 
 
 def measure_runtime(
-    prof: dict, *, model_options: dict | None = None, steps: int = 12, device: str = "cpu", timeout: float = 300.0
+    prof: dict,
+    *,
+    model_options: dict | None = None,
+    steps: int = 16,
+    device: str = "cpu",
+    timeout: float = 300.0,
+    fit: bool = True,
 ) -> dict:
     """The runner's own costs on this machine, from short runs of the profiled model (``prof``,
     with its link measured, and a builder named by a string): the model split over two ranks, the
@@ -322,12 +328,17 @@ def measure_runtime(
       its layers), plus the mean share per action of each rank's step time spent outside any
       action or wait (posting messages, bookkeeping), the same for every kind. Means, not
       medians: the occasional stall (a few per step, up to milliseconds each on a loaded CPU) is
-      part of what a step costs, and the median leaves it out (predictions read 5% low with it);
+      part of what a step costs. With ``fit``, one common amount is then added to (or taken
+      from) every kind so that the two schedules' predicted iterations add up to their measured
+      ones (the median step, slowest rank): what the per-action figures miss (messages slower
+      under load than at idle, caches colder than in the profile) is counted once, where it
+      shows, in the iteration time (see `fit_overhead`);
     - ``latency``: the median over the messages whose arrival was observed of (time in flight -
       bytes / the ping-pong bandwidth).
 
     Both go into the problem (device ``action_overhead``, link ``latency``), so that predictions
-    count what a run of this runner costs beyond its layers."""
+    count what a run of this runner costs beyond its layers; ``iterations`` holds the calibration
+    runs' measured iteration per schedule."""
     from layersched.export import schedule_file
     from layersched.graph import parse_action
     from layersched.runtime.launch import launch_jobs
@@ -340,11 +351,11 @@ def measure_runtime(
     bare = {**prof, "device": {**prof["device"], "action_overhead": 0.0}}  # the layers' own times
     pipe = pipeline_from_spec(problem_from_profile(bare, microbatches=m, pipeline=2))
     options = {"microbatch_size": prof["microbatch_size"], **(model_options or {})}
-    docs = [schedule_file(solve_pipeline(pipe, schedule=name)) for name in ("1f1b-split", "1f1b")]
+    docs = [schedule_file(solve_pipeline(pipe, schedule=name)) for name in CALIBRATION_SCHEDULES]
     jobs = [RunConfig(doc, prof["builder"], steps=steps, model_options=options) for doc in docs]
     runs = launch_jobs(jobs, timeout=timeout, device=device, threads=prof["threads"])
     extra: dict[str, list[float]] = {k: [] for k in "FIWB"}
-    outside, flights = [], []
+    outside, flights, iterations = [], [], {}
     for cfg, results in zip(jobs, runs, strict=True):
         predicted = {t.name: t.duration * 1e-9 for t in cfg.schedule.tasks}
         for r in results:
@@ -358,13 +369,65 @@ def measure_runtime(
                 actions = sum(not e.get("wait") for e in events)
                 outside.append((r.step_times[k] - sum(e["duration"] for e in events)) / max(actions, 1))
         flights += flight_times(trace_document(cfg.schedule, results), list(range(1, steps)))
+        iterations[cfg.schedule.method] = statistics.median(
+            max(r.step_times[k] for r in results) for k in range(1, steps)
+        )
     bandwidth = prof["link"]["bandwidth"]
     latency = statistics.median(sec - b / bandwidth for b, sec in flights) if flights else prof["link"]["latency"]
+    latency = max(latency, 0.0)
     between = statistics.fmean(outside)
-    return {
-        "action_overhead": {k: max(statistics.fmean(v) + between, 0.0) for k, v in extra.items()},
-        "latency": max(latency, 0.0),
-    }
+    overhead = {k: max(statistics.fmean(v) + between, 0.0) for k, v in extra.items()}
+    if fit:
+        calibrated = {**bare, "link": {**prof["link"], "latency": latency}}
+        overhead = fit_overhead(calibrated, overhead, iterations)
+    return {"action_overhead": overhead, "latency": latency, "iterations": iterations}
+
+
+CALIBRATION_SCHEDULES = ("1f1b-split", "1f1b")
+
+
+def fit_overhead(prof: dict, overhead: dict[str, float], iterations: dict[str, float]) -> dict[str, float]:
+    """``overhead`` (seconds per action kind) shifted by one common amount, so that the predicted
+    iterations of the schedules in ``iterations`` (name: measured seconds) on two ranks of
+    ``prof`` add up to the measured ones; no kind goes below 0. The shift is found by bisection:
+    a longer action never shortens these schedules.
+
+    >>> prof = {"model": "toy", "builder": "toy", "microbatch_size": 1, "num_microbatches": 4,
+    ...     "dtype": "float32", "dtype_bytes": 4, "threads": 1,
+    ...     "device": {"name": "cpu", "peak_flops": 1e10, "memory_bandwidth": 1e10, "memory_bytes": 2**30},
+    ...     "link": {"bandwidth": 1e9, "latency": 1e-5},
+    ...     "layers": [{"name": f"l{i}", "forward": 1e-4, "backward_input": 1e-4, "backward_weight": 1e-4,
+    ...         "optimizer": 1e-5} for i in range(2)]}
+    >>> fitted = fit_overhead(prof, {"F": 0.0, "I": 0.0, "W": 0.0, "B": 0.0}, {"1f1b": 0.0024})
+    >>> # 1F1B's critical path holds (m + S - 1) = 5 F and 5 B: (2.4 ms - 1.51 ms) / 10 per action
+    >>> round(fitted["F"] * 1e6, 1), round(fitted["B"] * 1e6, 1)
+    (89.0, 89.0)
+    """
+    from layersched.solve import solve_pipeline
+    from layersched.stages import pipeline_from_spec
+
+    m = max(prof["num_microbatches"], 2)
+
+    def predicted(shift: float) -> float:
+        each = {k: max(v + shift, 0.0) for k, v in overhead.items()}
+        p = {**prof, "device": {**prof["device"], "action_overhead": each}}
+        pipe = pipeline_from_spec(problem_from_profile(p, microbatches=m, pipeline=2))
+        total = 0.0
+        for name in iterations:
+            sol = solve_pipeline(pipe, schedule=name)
+            total += sol.schedule.makespan(sol.tasks.problem) * 1e-9
+        return total
+
+    target = sum(iterations.values())
+    lo, hi = -max(overhead.values()), 1e-4
+    if predicted(lo) >= target:
+        return {k: max(v + lo, 0.0) for k, v in overhead.items()}
+    while predicted(hi) < target:
+        hi *= 2
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if predicted(mid) < target else (lo, mid)
+    return {k: max(v + hi, 0.0) for k, v in overhead.items()}
 
 
 def profile(

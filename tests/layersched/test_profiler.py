@@ -16,6 +16,7 @@ from layersched.runtime.launch import launch_local  # noqa: E402
 from layersched.runtime.profiler import measure_runtime, problem_from_profile, profile, write_problem  # noqa: E402
 from layersched.runtime.runner import train_reference  # noqa: E402
 from layersched.runtime.trace import compare  # noqa: E402
+from layersched.solve import solve_pipeline  # noqa: E402
 from layersched.stages import pipeline_from_spec  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -125,6 +126,8 @@ def test_measure_runtime_reads_the_cost_beyond_the_layers_of_a_run(monkeypatch):
 
     extra = {"F": 30e-6, "I": 20e-6, "W": 10e-6, "B": 50e-6}
 
+    stall = {"seconds": 0.0}  # a step's time beyond its actions and the 10 us after each
+
     def fake_run(jobs, **_):
         assert [cfg.schedule.method for cfg in jobs] == ["1f1b-split", "1f1b"]
         return [fake_results(cfg.schedule) for cfg in jobs]
@@ -143,14 +146,31 @@ def test_measure_runtime_reads_the_cost_beyond_the_layers_of_a_run(monkeypatch):
             # one message a step from rank 0 to rank 1, 200 us plus its bytes over the bandwidth
             side = [{"side": "send", "clock": k}, {"side": "recv", "clock": k + 200e-6 + 800 / 1e9, "wait": 1e-3}]
             transfers = [{"step": k, "tag": 0, "bytes": 800, **side[rank]} for k in range(steps)]
-            times = [t] * steps
+            times = [t + stall["seconds"]] * steps
             out.append(RankResult(rank, rank, 0, None, {}, events, [float(k) for k in range(steps)], times, transfers))
         return out
 
     monkeypatch.setattr(launch, "launch_jobs", fake_run)
-    runtime = measure_runtime(prof, steps=steps)
+    runtime = measure_runtime(prof, steps=steps, fit=False)
     assert runtime["action_overhead"] == pytest.approx({k: v + 10e-6 for k, v in extra.items()}, rel=1e-6)
     assert runtime["latency"] == pytest.approx(200e-6, rel=1e-6)
+    # fitted: one common shift of every kind, so that the two schedules' predicted iterations add
+    # up to the measured ones (the stall of 2 ms a step is spread over the actions as 'outside'
+    # time; the waits the schedules have on top of it make the shift negative)
+    stall["seconds"] = 2e-3
+    unfitted = measure_runtime(prof, steps=steps, fit=False)["action_overhead"]
+    fitted = measure_runtime(prof, steps=steps)
+    shifts = {k: fitted["action_overhead"][k] - v for k, v in unfitted.items()}
+    assert max(shifts.values()) - min(shifts.values()) < 1e-9 and min(shifts.values()) < 0
+    assert set(fitted["iterations"]) == {"1f1b-split", "1f1b"}
+    cal = {**prof, "device": {**prof["device"], "action_overhead": fitted["action_overhead"]}}
+    cal["link"] = {**prof["link"], "latency": fitted["latency"]}
+    pipe = pipeline_from_spec(problem_from_profile(cal, microbatches=4, pipeline=2))
+    total = 0.0
+    for name in fitted["iterations"]:
+        sol = solve_pipeline(pipe, schedule=name)
+        total += sol.schedule.makespan(sol.tasks.problem) * 1e-9
+    assert total == pytest.approx(sum(fitted["iterations"].values()), rel=1e-5)  # to the ns the schedules count
 
 
 def test_profile_warns_when_the_ranks_outnumber_the_cores(tmp_path, capsys, monkeypatch):
