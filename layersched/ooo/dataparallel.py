@@ -6,8 +6,13 @@ a backward for weights ``W`` and an update ``U`` on the GPU, and per gradient bu
 ``R`` on the network processor (a ring: ``2(n-1)/n * bytes / bandwidth + 2(n-1) * latency``, as
 `layersched.stages` prices it). Edges: ``F(t,l) -> F(t,l+1)``, the output gradient ``I(t,l+1)`` (or
 the loss, ``F(t,L-1)``) before ``I(t,l)`` and ``W(t,l)``, ``W -> R`` of its bucket ``-> U(t,l) ->
-F(t+1,l)``. The input gradient of layer 0 is never needed: its ``I`` takes no time. Memory is not
-modelled (deferring ``W`` keeps the first layers' activations a little longer).
+F(t+1,l)``. The input gradient of layer 0 is never needed: its ``I`` takes no time. Memory: ``F``
+allocates the layer's activations, ``I`` frees all of them but what ``W`` still needs, ``W`` the
+rest (the first layer's ``W`` all of them: it has no input gradient); `Evaluation.peak_memory`.
+The peak is every layer's activations, at the end of a forward, in every valid order: deferring
+``W`` costs no memory here. A layer's next forward waits for its own ``W`` (through its update),
+and that ``W`` for the input gradients of all later layers, so when ``F(t+1,x)`` runs the GPU holds
+at most the new activations of layers up to ``x`` and the kept part of the later ones.
 
 A policy is the order of one iteration's backward passes on the GPU; updates run right before their
 layer's next forward and the network runs the all-reduces in the order their buckets complete.
@@ -35,7 +40,7 @@ import numpy as np
 
 from layersched.config import ProblemSpec
 from layersched.stages import NS_PER_SECOND
-from solvers import Problem, Result, Schedule, time_orders, validate
+from solvers import Problem, Result, Schedule, peak_memory, time_orders, validate
 
 Order = list[tuple[str, int]]
 """One iteration's backward passes on the GPU: ``("I", l)`` and ``("W", l)`` items."""
@@ -43,7 +48,9 @@ Order = list[tuple[str, int]]
 
 @dataclass(frozen=True)
 class LayerCosts:
-    """Per layer of one replica: times in ns (``update``: the optimizer step) and gradient bytes."""
+    """Per layer of one replica: times in ns (``update``: the optimizer step), gradient bytes, and
+    the bytes of activations the forward keeps for the backward (``activation``; of them ``kept``
+    until ``W``), none when left out."""
 
     names: tuple[str, ...]
     forward: np.ndarray
@@ -51,6 +58,8 @@ class LayerCosts:
     backward_weight: np.ndarray
     update: np.ndarray
     grad_bytes: np.ndarray
+    activation: np.ndarray | None = None
+    kept: np.ndarray | None = None
 
     @property
     def num_layers(self) -> int:
@@ -100,7 +109,20 @@ def layer_costs(spec: ProblemSpec) -> LayerCosts:
     update = np.round(touched / (dev.memory_bandwidth * dev.bandwidth_efficiency) * NS_PER_SECOND).astype(np.int64)
     bi = ns("backward_input")
     bi[0] = 0  # the input gradient of the first layer is never needed
-    return LayerCosts(tuple(layer.name for layer in layers), ns("forward"), bi, ns("backward_weight"), update, grad)
+
+    def nbytes(field: str) -> np.ndarray:
+        return np.array([layer.total(field) * m for layer in layers], dtype=np.int64)
+
+    return LayerCosts(
+        tuple(layer.name for layer in layers),
+        ns("forward"),
+        bi,
+        ns("backward_weight"),
+        update,
+        grad,
+        nbytes("activation_bytes"),
+        nbytes("kept_for_weight_grad"),
+    )
 
 
 def network_for(spec: ProblemSpec, replicas: int, bucket_bytes: int = 0) -> Network:
@@ -180,19 +202,25 @@ def build_graph(costs: LayerCosts, net: Network, bucket_layers: list[list[int]],
     names: list[str] = []
     dur: list[int] = []
     proc: list[int] = []
+    mem: list[int] = []
+    act = np.zeros(L, np.int64) if costs.activation is None else costs.activation
+    kept = np.zeros(L, np.int64) if costs.kept is None else np.minimum(costs.kept, act).copy()
+    kept[0] = act[0]  # the first layer has no input gradient: its W frees all it keeps
 
-    def task(name: str, d: int, q: int = 0) -> None:
+    def task(name: str, d: int, q: int = 0, m: int = 0) -> None:
         names.append(name)
         dur.append(int(d))
         proc.append(q)
+        mem.append(int(m))
 
     bucket_of = {layer: b for b, ls in enumerate(bucket_layers) for layer in ls}
     for t in range(T + 1):
         for layer in range(L):
-            task(f"F{t}.{layer}", costs.forward[layer])
+            # the window's last forward closes it: it keeps nothing for a backward it does not hold
+            task(f"F{t}.{layer}", costs.forward[layer], m=act[layer] if t < T else 0)
             if t < T:
-                task(f"I{t}.{layer}", costs.backward_input[layer])
-                task(f"W{t}.{layer}", costs.backward_weight[layer])
+                task(f"I{t}.{layer}", costs.backward_input[layer], m=-(act[layer] - kept[layer]))
+                task(f"W{t}.{layer}", costs.backward_weight[layer], m=-kept[layer])
                 task(f"U{t}.{layer}", costs.update[layer])
         if t < T:
             for b, ls in enumerate(bucket_layers):
@@ -216,6 +244,7 @@ def build_graph(costs: LayerCosts, net: Network, bucket_layers: list[list[int]],
         duration=dur,
         allowed=allowed,
         edges=[(index[u], index[v]) for u, v in edges],
+        mem_delta=mem,
         names=tuple(names),
         processor_names=("gpu", "net"),
     )
@@ -245,6 +274,11 @@ class Evaluation:
     graph: DPGraph
     schedule: Schedule
     iteration_time: float
+
+    @property
+    def peak_memory(self) -> int:
+        """The most activation bytes the GPU holds at once over the window."""
+        return int(peak_memory(self.graph.problem, self.schedule)[0])
 
 
 def evaluate(costs: LayerCosts, net: Network, order: Order, iterations: int = 3) -> Evaluation:

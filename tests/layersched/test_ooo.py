@@ -69,16 +69,38 @@ def test_every_k_is_valid_and_bounded_by_the_work(layers, replicas, k):
         assert ev.iteration_time == gpu
 
 
+@settings(max_examples=25, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(1, 50), st.integers(0, 50), st.integers(0, 5000)), min_size=1, max_size=6),
+    st.integers(0, 6),
+)
+def test_deferring_w_costs_no_activation_memory(layers, k):
+    """In every order, the peak is the sum of the layers' activations (see the module doc)."""
+    act, kept_share, grads = (np.array(c) for c in zip(*layers, strict=True))
+    L, ones = len(layers), np.full(len(layers), 10)
+    costs = dp.LayerCosts(tuple(map(str, range(L))), ones, ones, ones, ones, grads, act, act * kept_share // 50)
+    ev = dp.evaluate(costs, dp.Network(4, 1e9, 1e-6), dp.reverse_first_k(L, min(k, L)), iterations=2)
+    assert ev.peak_memory == act.sum()
+
+
 def test_cpsat_order_is_never_worse_than_the_best_k():
     costs = uniform(4, t=10, nbytes=3000)
     costs = dp.LayerCosts(
-        costs.names, costs.forward, costs.backward_input * 2, costs.backward_weight, costs.update // 5, costs.grad_bytes
+        costs.names,
+        costs.forward,
+        costs.backward_input * 2,
+        costs.backward_weight,
+        costs.update // 5,
+        costs.grad_bytes,
+        np.full(4, 100),
+        np.full(4, 40),
     )
     net = dp.Network(4, 1e11, 0.0)
     k, best = dp.best_k(costs, net, iterations=2)
     found, result = dp.search_order(best, time_limit=5)
     validate(found.graph.problem, found.schedule)
     assert found.iteration_time <= best.iteration_time
+    assert found.peak_memory == best.peak_memory == 400  # every order: all activations, after the forward
     assert result.objective <= best.schedule.makespan(best.graph.problem)
 
 
@@ -91,6 +113,8 @@ def test_resnet50_out_of_order_beats_the_bucketed_reverse_order():
     base = dp.evaluate(costs, dp.network_for(spec, 8, 25 * 2**20), dp.reverse_first_k(L, 0), 2)
     k, best = dp.best_k(costs, dp.network_for(spec, 8, 4 * 2**20), 2)
     assert 0 < k <= L and 1.1 < base.iteration_time / best.iteration_time < 1.4
+    # and it holds no more activations: each layer's, 64 images' worth, at the end of the forward
+    assert best.peak_memory == base.peak_memory == int(costs.activation.sum()) > 3 * 2**30
     # inside one node (NVLink) there is little to hide
     inside = dp.evaluate(costs, dp.network_for(spec, 4, 25 * 2**20), dp.reverse_first_k(L, 0), 2)
     assert inside.iteration_time < 1.02 * sum(
