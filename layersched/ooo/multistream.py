@@ -17,7 +17,9 @@ the model charges every ``W`` on the sub stream as if it overlapped all along: i
 there, and the main stream gets a charge task ``C`` of ``(corun - 1) * W`` (the progress it loses)
 right after the ``I`` launched before that ``W``. A ``W`` that overlaps nothing is over-charged, so
 the multi-stream time is an upper bound in this model; at ``corun = 2`` the main stream carries all
-the serial work again. One iteration is timed (its makespan); memory is not modelled.
+the serial work again. One iteration is timed (its makespan). Memory is not tracked: with one
+iteration, only forwards allocate and every backward comes after them, so both orders peak at the
+forward's activations; a ``W`` late on the sub stream only delays a release.
 
 Example
 -------
