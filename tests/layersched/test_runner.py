@@ -30,26 +30,13 @@ from layersched.runtime.workload import load_workload  # noqa: E402
 from layersched.solve import solve_pipeline  # noqa: E402
 from layersched.templates import TEMPLATES, TemplateError, template_names  # noqa: E402
 
-from .test_core_path import stage_pipeline  # noqa: E402
+from .test_runner_plan import stage_pipe  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 MLP = f"{ROOT / 'examples' / 'models.py'}:mlp"
 GPT = f"{ROOT / 'examples' / 'models.py'}:gpt_small"
 BROKEN = str(Path(__file__).with_name("runner_models.py"))
 STEPS, LR, MOMENTUM = 2, 0.05, 0.9
-
-
-def stage_pipe(ranks: int, microbatches: int, stages_per_rank: int = 1, data_parallel: int = 1):
-    pipe = stage_pipeline(
-        stages=ranks * stages_per_rank,
-        stages_per_rank=stages_per_rank,
-        microbatches=microbatches,
-        forward=2,
-        backward_input=2,
-        backward_weight=1,
-        transfer=1,
-    )
-    return replace(pipe, data_parallel=data_parallel)
 
 
 @dataclass(frozen=True)

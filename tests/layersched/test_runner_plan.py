@@ -21,7 +21,8 @@ from layersched.templates import TEMPLATES, TemplateError, template_names
 from .test_core_path import stage_pipeline
 
 
-def stage_pipe(ranks: int, microbatches: int, stages_per_rank: int = 1):
+def stage_pipe(ranks: int, microbatches: int, stages_per_rank: int = 1, data_parallel: int = 1):
+    """The small stage-level pipeline the runner tests schedule (F 2, I 2, W 1, transfer 1)."""
     pipe = stage_pipeline(
         stages=ranks * stages_per_rank,
         stages_per_rank=stages_per_rank,
@@ -31,7 +32,7 @@ def stage_pipe(ranks: int, microbatches: int, stages_per_rank: int = 1):
         backward_weight=1,
         transfer=1,
     )
-    return pipe
+    return replace(pipe, data_parallel=data_parallel)
 
 
 def template_doc(name: str, ranks: int, microbatches: int):
@@ -267,7 +268,7 @@ def test_load_trace_names_the_wrong_file(tmp_path):
 
 
 def test_world_size_and_placement_of_a_dp_schedule():
-    pipe = replace(stage_pipe(2, 4), data_parallel=2)
+    pipe = stage_pipe(2, 4, data_parallel=2)
     doc = schedule_file(solve_pipeline(pipe, schedule="1f1b"))
     assert doc.pipeline.data_parallel == 2
     assert plan_schedule(doc).num_ranks == 2
