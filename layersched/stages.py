@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from layersched.config import ProblemSpec, SpecError
+from layersched.config import DeviceSpec, LayerSpec, ProblemSpec, SpecError
 from layersched.partition import optimal_contiguous
 
 NS_PER_SECOND = 1_000_000_000
@@ -78,6 +78,32 @@ class Pipeline:
 
 def _ints(values) -> np.ndarray:
     return np.asarray(values, dtype=np.int64)
+
+
+def optimizer_seconds(
+    layers: list[LayerSpec], dtype_bytes: int, optimizer_bytes_per_param: float, device: DeviceSpec
+) -> np.ndarray:
+    """Per layer, the seconds of its optimizer step: each leaf's profiled ``optimizer`` figure, else
+    memory bound (its weights, gradients and ``optimizer_bytes_per_param`` of state per parameter,
+    read and written once at the device's achievable bandwidth).
+
+    >>> from layersched.config import DeviceSpec, LayerSpec
+    >>> dev = DeviceSpec(name="d", peak_flops=1e12, memory_bandwidth=1e9, memory_bytes=2**30, bandwidth_efficiency=1)
+    >>> optimizer_seconds([LayerSpec(name="a", param_bytes=1000), LayerSpec(name="b", optimizer=0.5)], 4, 4.0, dev)
+    array([3.e-06, 5.e-01])
+    """
+    rate = device.memory_bandwidth * device.bandwidth_efficiency
+    per_param = 2 + optimizer_bytes_per_param  # gradient and state bytes beside each weight
+    return np.array(
+        [
+            sum(
+                leaf.param_bytes / dtype_bytes * per_param * 2 / rate if leaf.optimizer is None else leaf.optimizer
+                for leaf in layer.leaves()
+            )
+            for layer in layers
+        ],
+        dtype=float,
+    )
 
 
 def pipeline_from_spec(spec: ProblemSpec, source: str = "problem") -> Pipeline:
@@ -165,16 +191,8 @@ def _model_pipeline(spec: ProblemSpec, source: str) -> Pipeline:
             for b in params
         ]
     )
-    # optimizer step: as profiled, else memory bound (reads and writes weights, grads and state)
     dev = cluster.device
-    per_param_bytes = 2 + train.optimizer_bytes_per_param  # grads + state, per parameter byte pair
-    per_byte = per_param_bytes * 2 / model.dtype_bytes / (dev.memory_bandwidth * dev.bandwidth_efficiency)
-    tot["optimizer"] = np.array(
-        [
-            sum(leaf.param_bytes * per_byte if leaf.optimizer is None else leaf.optimizer for leaf in layer.leaves())
-            for layer in layers
-        ]
-    )
+    tot["optimizer"] = optimizer_seconds(layers, model.dtype_bytes, train.optimizer_bytes_per_param, dev)
     optimizer = per_stage("optimizer", ns)
     static = _ints([round(b * (2 + train.optimizer_bytes_per_param / model.dtype_bytes)) for b in params])
     static_per_rank = np.zeros(ranks, dtype=np.int64)

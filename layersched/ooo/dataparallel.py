@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from layersched.config import ProblemSpec
-from layersched.stages import NS_PER_SECOND
+from layersched.stages import NS_PER_SECOND, optimizer_seconds
 from solvers import Problem, Result, Schedule, peak_memory, time_orders, validate
 
 Order = list[tuple[str, int]]
@@ -105,8 +105,8 @@ def layer_costs(spec: ProblemSpec) -> LayerCosts:
         return np.array([round(layer.total(field) * m * NS_PER_SECOND) for layer in layers], dtype=np.int64)
 
     grad = np.array([layer.total("param_bytes") for layer in layers], dtype=np.int64)
-    touched = grad / model.dtype_bytes * (2 + train.optimizer_bytes_per_param) * 2
-    update = np.round(touched / (dev.memory_bandwidth * dev.bandwidth_efficiency) * NS_PER_SECOND).astype(np.int64)
+    seconds = optimizer_seconds(layers, model.dtype_bytes, train.optimizer_bytes_per_param, dev)
+    update = np.round(seconds * NS_PER_SECOND).astype(np.int64)
     bi = ns("backward_input")
     bi[0] = 0  # the input gradient of the first layer is never needed
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from layersched.config import ProblemSpec
 from layersched.solve import Solution, solve_pipeline
-from layersched.stages import NS_PER_SECOND, Pipeline, pipeline_from_spec
+from layersched.stages import NS_PER_SECOND, Pipeline, optimizer_seconds, pipeline_from_spec
 
 
 def with_shape(spec: ProblemSpec, *, layers: int, ranks: int, microbatches: int) -> ProblemSpec:
@@ -64,8 +64,7 @@ def modulo_pipeline(spec: ProblemSpec) -> tuple[Pipeline, list[int]]:
         for s in range(S - 1)
     ]
     params = per_layer("param_bytes")
-    dev = cluster.device
-    touched = params / model.dtype_bytes * (2 + train.optimizer_bytes_per_param) * 2
+    update = optimizer_seconds(layers, model.dtype_bytes, train.optimizer_bytes_per_param, cluster.device)
     pipe = Pipeline(
         name=spec.name,
         num_ranks=G,
@@ -78,7 +77,7 @@ def modulo_pipeline(spec: ProblemSpec) -> tuple[Pipeline, list[int]]:
         mem_freed_by_weight=per_layer("kept_for_weight_grad"),
         capacity=_modulo_capacity(spec, params, ranks),
         allreduce=np.zeros(S, dtype=np.int64),
-        optimizer=np.round(touched / (dev.memory_bandwidth * dev.bandwidth_efficiency) * ns).astype(np.int64),
+        optimizer=np.round(update * ns).astype(np.int64),
         stage_layers=[[layer.name] for layer in layers],
         objective=train.objective,
         static_memory=np.zeros(S, dtype=np.int64),
