@@ -141,24 +141,33 @@ def test_transfer_time_controller_keeps_the_plan_on_a_constant_link():
     assert [steady(k, hist[:k]) for k in range(7)] == [0] * 7 and steady.estimate == 1.0
 
 
+MLP = str(Path(__file__).resolve().parents[2] / "examples" / "models.py") + ":mlp"
+
+
+def _kfkb_runs(ks, steps: int) -> list:
+    """Run configurations of the 8-layer MLP on kFkB-``k`` schedules (2 ranks, 4 micro-batches)."""
+    from layersched.export import schedule_file
+    from layersched.runtime.runner import RunConfig
+
+    pipe = _pipe(m=4, p=2)
+    return [
+        RunConfig(schedule_file(solve_pipeline(pipe, schedule=f"kfkb-{k}")), MLP, steps=steps, lr=0.05, momentum=0.9)
+        for k in ks
+    ]
+
+
 def test_runner_feeds_transfer_timings_to_the_controller():
     torch = pytest.importorskip("torch")
-    from layersched.export import schedule_file
-    from layersched.runtime.runner import RunConfig, train_reference
+    from layersched.runtime.runner import train_reference
     from layersched.runtime.switching import launch_switching
 
-    model = str(Path(__file__).resolve().parents[2] / "examples" / "models.py") + ":mlp"
-    pipe = _pipe(m=4, p=2)
-    cfgs = [
-        RunConfig(schedule_file(solve_pipeline(pipe, schedule=f"kfkb-{k}")), model, steps=3, lr=0.05, momentum=0.9)
-        for k in (1, 2)
-    ]
+    cfgs = _kfkb_runs((1, 2), steps=3)
     ctl = TransferTimeController(make_plans(GroupedWorkload(num_stages=2, global_batch=32, capacity=16), [1, 2]))
     res = launch_switching(cfgs, ctl)
     # rank 0 saw, every step, the flights of messages its peers waited for (2 ranks: 8 per step at most)
     assert res[0].flights is not None and all(0 < n <= 8 for n in res[0].flights)
     assert all(r.choices == res[0].choices for r in res) and set(res[0].choices) <= {0, 1}
-    ref, ref_losses = train_reference(model, num_microbatches=4, steps=3, lr=0.05, momentum=0.9)
+    ref, ref_losses = train_reference(MLP, num_microbatches=4, steps=3, lr=0.05, momentum=0.9)
     got = {k: v for r in res for k, v in r.params.items()}
     assert all(torch.allclose(got[k], ref[k], atol=1e-12) for k in ref)
 
@@ -166,18 +175,12 @@ def test_runner_feeds_transfer_timings_to_the_controller():
 @pytest.mark.slow
 def test_runner_switches_plans_between_iterations_and_matches_the_reference():
     torch = pytest.importorskip("torch")
-    from layersched.export import schedule_file
-    from layersched.runtime.runner import RunConfig, train_reference
+    from layersched.runtime.runner import train_reference
     from layersched.runtime.switching import FixedSequence, launch_switching
 
-    model = str(Path(__file__).resolve().parents[2] / "examples" / "models.py") + ":mlp"
-    pipe = _pipe(m=4, p=2)
-    cfgs = [
-        RunConfig(schedule_file(solve_pipeline(pipe, schedule=f"kfkb-{k}")), model, steps=4, lr=0.05, momentum=0.9)
-        for k in (1, 2, 4)
-    ]
+    cfgs = _kfkb_runs((1, 2, 4), steps=4)
     res = launch_switching(cfgs, FixedSequence([0, 1, 2, 0]))
-    ref, ref_losses = train_reference(model, num_microbatches=4, steps=4, lr=0.05, momentum=0.9)
+    ref, ref_losses = train_reference(MLP, num_microbatches=4, steps=4, lr=0.05, momentum=0.9)
     assert all(r.choices == [0, 1, 2, 0] for r in res)
     assert res[-1].losses == pytest.approx(ref_losses, abs=1e-12)
     got = {k: v for r in res for k, v in r.params.items()}
