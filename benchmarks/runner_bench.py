@@ -36,7 +36,6 @@ from layersched.stages import pipeline_from_spec
 from layersched.templates import TemplateError, template_names
 
 MODELS = Path(__file__).resolve().parents[1] / "examples" / "models.py"
-CALIBRATION = CALIBRATION_SCHEDULES  # the schedules `layersched.runtime.profiler.measure_runtime` runs
 
 
 def _step_times(results, skip: int) -> list[float]:
@@ -124,9 +123,8 @@ def _prediction_round(
                 say(f"  {name}: skipped ({exc})")
                 continue
             jobs.append(RunConfig(doc, f"{MODELS}:{builder}", steps=steps, model_options=options))
-        order = jobs[::-1] if reverse else jobs
-        runs = dict(zip(map(id, order), launch_jobs(order, timeout=900), strict=True))
-        for job, res in ((job, runs[id(job)]) for job in jobs):
+        runs = launch_jobs(jobs[::-1], timeout=900)[::-1] if reverse else launch_jobs(jobs, timeout=900)
+        for job, res in zip(jobs, runs, strict=True):
             cmp = compare(job.schedule, trace_document(job.schedule, res))
             by = {row.what: row for row in cmp.rows}
             rows.append(
@@ -169,7 +167,7 @@ def prediction_table(models: list[tuple[str, dict]], ranks: int, microbatches: i
             for k in ("F", "B", "I", "W", "transfer")
         )
         spread = f"{min(each):.2f}-{max(each):.2f}"
-        label = first["schedule"] + ("*" if first["schedule"] in CALIBRATION else "")
+        label = first["schedule"] + ("*" if first["schedule"] in CALIBRATION_SCHEDULES else "")
         print(
             f"{first['model']:<11}{label:<12}{statistics.median(r['predicted'] for r in mine) * 1e3:>10.2f}"
             f"{statistics.median(r['mean'] for r in mine) * 1e3:>9.2f}"
@@ -181,7 +179,7 @@ def prediction_table(models: list[tuple[str, dict]], ranks: int, microbatches: i
         "same for a message's time in flight; *: a schedule the profile's calibration runs (the runner's "
         "per-action costs are fitted to its iteration time)"
     )
-    for what, keep in (("all", lambda s: True), ("not calibrated on", lambda s: s not in CALIBRATION)):
+    for what, keep in (("all", lambda s: True), ("not calibrated on", lambda s: s not in CALIBRATION_SCHEDULES)):
         mine = [r for r, row in zip(ratios, per_round[0], strict=True) if keep(row["schedule"])]
         within = sum(abs(r - 1) <= 0.1 for r in mine)
         print(

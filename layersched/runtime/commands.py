@@ -21,10 +21,10 @@ def add_commands(subparsers: argparse._SubParsersAction) -> dict[str, Callable]:
     p = subparsers.add_parser(
         "profile",
         help="measure a torch model layer by layer and write a problem file",
-        description="Time every layer's forward, backward for inputs, backward for weights and fused "
-        "backward (as the runner runs them), measure activation and parameter memory, this machine, the "
-        "link between two local ranks and the runner's own cost per action (a short two-rank run), and "
-        "write a model-level problem file.",
+        description="Time every layer's forward, backward for inputs, backward for weights, fused "
+        "backward and optimizer step (as the runner runs them), measure activation and parameter memory, "
+        "this machine, the link between two local ranks and the runner's own cost per action kind (two "
+        "short two-rank runs, 1f1b-split and 1f1b), and write a model-level problem file.",
     )
     p.add_argument(
         "model",
@@ -52,7 +52,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> dict[str, Callable]:
         "compare",
         help="predicted vs measured action times of a run",
         description="Mean duration per action kind and per iteration, predicted by the schedule file and "
-        "measured in a run's trace (written by 'python -m layersched.run ... --trace FILE').",
+        "measured in a run's trace (written by 'python -m layersched.run', run-trace.json by default).",
     )
     c.add_argument("schedule", help="schedule file the run executed")
     c.add_argument("trace", help="the run's trace (our JSON, not the .chrome.json)")
