@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import csv
 import importlib
-import importlib.util
 import io
 import time
 from dataclasses import dataclass, field, replace
@@ -32,7 +31,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from layersched.config import ProblemSpec, SpecError, Strict, load_problem, load_spec
+from layersched.config import ProblemSpec, SpecError, Strict, bundled_problems, load_problem, load_spec
 from layersched.stages import pipeline_from_spec
 
 
@@ -58,8 +57,8 @@ def run_bench(
     """Run the experiment or suite called ``name``; write its CSV (and plot) under ``out_dir``."""
     from layersched.export import write_text
 
-    module = f"layersched.experiments.{name.replace('-', '_')}"
-    if "/" not in name and importlib.util.find_spec("layersched.experiments") and importlib.util.find_spec(module):
+    if name in experiment_names():
+        module = f"layersched.experiments.{name.replace('-', '_')}"
         result = importlib.import_module(module).run(out_dir, quick=quick, progress=progress)
     else:
         path = find_suite(name)
@@ -139,18 +138,34 @@ class SuiteSpec(Strict):
 
 
 def find_suite(name_or_path: str) -> Path:
-    """A suite by path, or by name under ``problems/suites/`` of the working directory."""
+    """A suite by path (any file that exists, or a name ending in .yaml/.yml/.json), else a bundled
+    suite by name (``layersched list`` shows them), found from any working directory."""
     path = Path(name_or_path)
-    if path.suffix in (".yaml", ".yml", ".json"):
+    if path.is_file() or path.suffix in (".yaml", ".yml", ".json"):
+        if not path.is_file():
+            raise SpecError(f"{name_or_path}: no such suite file")
         return path
-    candidate = Path("problems") / "suites" / f"{name_or_path}.yaml"
-    if not candidate.exists():
-        known = sorted(p.stem for p in (Path("problems") / "suites").glob("*.yaml"))
+    known = bundled_suites()
+    if name_or_path not in known:
         raise SpecError(
-            f"no suite {name_or_path!r} in problems/suites/ (known: {', '.join(known) or 'none'}); "
-            "give a suite name or a path to a suite file"
+            f"no suite or experiment {name_or_path!r} (suites: {', '.join(known) or 'none'}; experiments: "
+            f"{', '.join(experiment_names())}); give one of these names or a path to a suite file"
         )
-    return candidate
+    return known[name_or_path]
+
+
+def bundled_suites() -> dict[str, Path]:
+    """The suites that ship with layersched, by name."""
+    return {p.stem: p for p in sorted((bundled_problems() / "suites").glob("*.yaml"))}
+
+
+def experiment_names() -> list[str]:
+    """The experiments ``bench NAME`` runs (modules of ``layersched.experiments``)."""
+    import pkgutil
+
+    import layersched.experiments as ex
+
+    return sorted(m.name.replace("_", "-") for m in pkgutil.iter_modules(ex.__path__) if not m.name.startswith("_"))
 
 
 def _is_template(name: str) -> bool:

@@ -301,6 +301,14 @@ def cmd_list(args, console: Console) -> int:
         table.add_row(name, "split I/W" if t.split_backward else "fused", t.description)
     console.print(table)
     console.print("generic solvers (--solver): " + ", ".join(solver_names()))
+    console.print(
+        "--solver best: every template above, list scheduling and CP-SAT seeded with the best of them, fused and "
+        "split backward; keeps the fastest and reports a bound valid for all it searched"
+    )
+    from layersched.bench import bundled_suites, experiment_names
+
+    console.print("benchmark suites (bench NAME): " + ", ".join(bundled_suites()))
+    console.print("experiments (bench NAME): " + ", ".join(experiment_names()))
     return 0
 
 
@@ -326,13 +334,8 @@ def _summary(doc, console: Console) -> None:
         f"[bold]{doc.name}[/bold]: {doc.method}, {pipe.num_stages} stages on {pipe.num_ranks} ranks, "
         f"{pipe.num_microbatches} micro-batches, {'split' if pipe.split_backward else 'fused'} backward"
     )
-    gap = (m["value"] - m["lower_bound"]) / m["value"] if m["value"] else 0.0
     u = doc.time_unit
-    console.print(
-        f"{doc.objective} {_fmt_time(m['value'], u)} (lower bound {_fmt_time(m['lower_bound'], u)}, "
-        f"gap {gap:.2%}); iteration span {_fmt_time(m['span'], u)}, makespan {_fmt_time(m['makespan'], u)}; "
-        f"bubble rate {m['bubble_rate']:.4f}"
-    )
+    console.print(_summary_line(doc.objective, m, u))
     table = Table(show_edge=False)
     for col in ("rank", "work", "bubble", "peak memory", "limit"):
         table.add_column(col, justify="right")
@@ -345,6 +348,35 @@ def _summary(doc, console: Console) -> None:
             _fmt_mem(m["capacity"][r], doc.memory_unit),
         )
     console.print(table)
+
+
+OBJECTIVE_NAMES = {
+    "span": "iteration time (steady state: the slowest rank's span)",
+    "makespan": "iteration time (one iteration from time 0: makespan)",
+}
+
+
+def _summary_line(objective: str, m: dict, unit: str) -> str:
+    """Each figure once, named: the objective with its bound and gap, the other objective only where
+    it differs, and the bubble rate.
+
+    >>> m = {"value": 10, "span": 10, "makespan": 12, "lower_bound": 8, "bubble_rate": 0.25}
+    >>> print(*_summary_line("span", m, "units").split("; "), sep="\\n")
+    iteration time (steady state: the slowest rank's span) 10 units, lower bound 8 units, gap 20.00%
+    one iteration from time 0 (makespan) 12 units
+    bubble rate 0.2500 (idle share of the iteration, mean over ranks)
+    """
+    gap = (m["value"] - m["lower_bound"]) / m["value"] if m["value"] else 0.0
+    parts = [
+        f"{OBJECTIVE_NAMES[objective]} {_fmt_time(m['value'], unit)}, "
+        f"lower bound {_fmt_time(m['lower_bound'], unit)}, gap {gap:.2%}"
+    ]
+    if objective == "span" and m["makespan"] != m["value"]:
+        parts.append(f"one iteration from time 0 (makespan) {_fmt_time(m['makespan'], unit)}")
+    if objective == "makespan" and m["span"] != m["value"]:
+        parts.append(f"steady state (slowest rank's span) {_fmt_time(m['span'], unit)}")
+    parts.append(f"bubble rate {m['bubble_rate']:.4f} (idle share of the iteration, mean over ranks)")
+    return "; ".join(parts)
 
 
 def _grid(doc, width: int) -> str:

@@ -345,3 +345,19 @@ def load_problem(path: str | Path) -> ProblemSpec:
             )
         data = {**data, "cluster": load_spec(cpath, ClusterSpec).model_dump()}
     return load_spec(path, ProblemSpec, data)
+
+
+def bundled_problems() -> Path:
+    """The folder of the problem files that ship with layersched (models, clusters, benchmark suites).
+
+    In an installed wheel they sit inside the package (``layersched/problems``); in a checkout they
+    are the repository's ``problems/`` folder. Found from any working directory either way.
+
+    >>> (bundled_problems() / "suites" / "zero-bubble.yaml").is_file()
+    True
+    """
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "problems", here.parent / "problems"):
+        if (candidate / "suites").is_dir():
+            return candidate
+    raise SpecError(f"the bundled problem files are missing (looked in {here / 'problems'}); reinstall layersched")

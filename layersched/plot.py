@@ -41,18 +41,21 @@ def plot_schedule(doc, path: str | Path, title: str | None = None) -> Path:
 
     problem, schedule = to_problem(doc)
     P, R = problem.num_processors, doc.pipeline.num_ranks
+    t_unit, t_div = axis_unit(doc.time_unit)
+    m_unit, m_div = axis_unit(doc.memory_unit)
     fig, (ax, axm) = plt.subplots(
         2, 1, figsize=(14, 1.0 + 0.45 * P + 2.6), sharex=True, gridspec_kw={"height_ratios": [max(P, 2), 3]}
     )
-    span = max(schedule.makespan(problem), 1)
+    span = max(schedule.makespan(problem), 1) / t_div
     boxes: dict[tuple[int, str], list[tuple[int, int]]] = {}
     label_boxes = len(doc.tasks) <= 3000
     for task in doc.tasks:
         _, kind, mb = parse_action(task.name)
-        boxes.setdefault((task.processor, kind), []).append((task.start, task.duration))
-        if label_boxes and mb is not None and task.duration > span / 300:
+        start, duration = task.start / t_div, task.duration / t_div
+        boxes.setdefault((task.processor, kind), []).append((start, duration))
+        if label_boxes and mb is not None and duration > span / 300:
             ax.text(
-                task.start + task.duration / 2,
+                start + duration / 2,
                 task.processor,
                 str(mb),
                 ha="center",
@@ -79,7 +82,7 @@ def plot_schedule(doc, path: str | Path, title: str | None = None) -> Path:
     m = doc.metrics
     ax.set_title(
         title
-        or f"{doc.name} · {doc.method} · time {m.get('value')} {doc.time_unit} "
+        or f"{doc.name} · {doc.method} · time {m.get('value', 0) / t_div:.6g} {t_unit} "
         f"({doc.objective}) · bubble {m.get('bubble_rate', 0):.2%}",
         fontsize=10,
     )
@@ -88,14 +91,18 @@ def plot_schedule(doc, path: str | Path, title: str | None = None) -> Path:
     for q, (times, usage, _) in enumerate(memory_profile(problem, schedule)[:R]):
         if len(times):
             axm.step(
-                np.r_[0, times, span], np.r_[0, usage, usage[-1]], where="post", lw=1, label=doc.processors[q].name
+                np.r_[0, times / t_div, span],
+                np.r_[0, usage, usage[-1]] / m_div,
+                where="post",
+                lw=1,
+                label=doc.processors[q].name,
             )
     caps = {p.capacity for p in doc.processors[:R] if p.capacity is not None}
     for c in caps:
-        axm.axhline(c, color="black", ls="--", lw=1)
-        axm.text(0, c, " limit", va="bottom", fontsize=8)
-    axm.set_ylabel(f"memory ({doc.memory_unit})")
-    axm.set_xlabel(f"time ({doc.time_unit})")
+        axm.axhline(c / m_div, color="black", ls="--", lw=1)
+        axm.text(0, c / m_div, " limit", va="bottom", fontsize=8)
+    axm.set_ylabel(f"memory ({m_unit})")
+    axm.set_xlabel(f"time ({t_unit})")
     if R <= 16:
         axm.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     fig.tight_layout()
@@ -111,3 +118,14 @@ def plot_schedule(doc, path: str | Path, title: str | None = None) -> Path:
     else:
         write_text(path, buf.getvalue().decode())
     return path
+
+
+def axis_unit(unit: str) -> tuple[str, float]:
+    """The unit the summary prints for a file's raw unit, and the divisor to get there: nanoseconds
+    are drawn in ms and bytes in GiB, as `layersched show` prints them; other units stay as they are.
+
+    >>> axis_unit("ns"), axis_unit("bytes"), axis_unit("units")
+    (('ms', 1000000.0), ('GiB', 1073741824), ('units', 1))
+    """
+    return {"ns": ("ms", 1e6), "bytes": ("GiB", 2**30)}.get(unit, (unit, 1))
+

@@ -26,13 +26,13 @@ from pathlib import Path
 import numpy as np
 
 from layersched.bench import BenchResult, save_figure
-from layersched.config import load_problem
+from layersched.config import bundled_problems, load_problem
 from layersched.layerpipe import plan_layerpipe, speedup
 from layersched.partition import optimal_contiguous
 from layersched.pipedream import pipedream_partition, plan_pipedream
 from layersched.pipeplan import Setting, simulate
 
-ROOT = Path(__file__).resolve().parents[2] / "problems"
+ROOT = bundled_problems()
 MODELS = {
     "VGG-16": "vgg16-v100.yaml",
     "ResNet-50": "resnet50-v100.yaml",

@@ -24,9 +24,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from layersched.bench import BenchResult, save_figure
-from layersched.config import ClusterSpec, load_problem, load_spec
+from layersched.config import ClusterSpec, bundled_problems, load_problem, load_spec
 
-PROBLEMS = Path(__file__).resolve().parents[2] / "problems"
+PROBLEMS = bundled_problems()
 MIB = 2**20
 COLUMNS = ("part", "model", "setting", "baseline", "baseline_ms", "method", "ooo_ms", "speedup", "detail", "paper")
 PAPER = {"data parallel": "1.10-1.27", "single device": "1.03-1.58", "pipeline": "1.41-1.99"}

@@ -1,6 +1,7 @@
 """Benchmark suites and `solve --solver best`."""
 
 import csv
+import shutil
 from pathlib import Path
 
 import pytest
@@ -88,3 +89,30 @@ def test_solve_best_is_never_worse_than_any_template(tmp_path):
         )
         assert doc.metrics["value"] <= load_schedule(ref).metrics["value"]
     assert doc.metrics["lower_bound"] <= doc.metrics["value"]
+
+
+def test_bundled_suite_is_found_from_any_directory(tmp_path, monkeypatch, capsys):
+    """The bundled suites ship with the package: a bare name works outside the checkout root."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["bench", "zero-bubble", "--out-dir", "out", "--quiet", "--methods", "1f1b"]) == 0
+    rows = list(csv.DictReader((tmp_path / "out" / "zero-bubble.csv").open()))
+    assert {r["problem"] for r in rows} == {"zb-1.5b", "zb-6.2b", "zb-14.6b"}
+    assert {r["method"] for r in rows} == {"1f1b"}
+
+
+def test_suite_given_by_bare_file_name_in_the_working_directory(tmp_path, monkeypatch, capsys):
+    """A suite file named without a folder (it has a dot) is a path, not an experiment module."""
+    for name in ("zb-1.5b.yaml", "tiny-model.yaml"):
+        shutil.copy(DATA / name, tmp_path)
+    shutil.copy(DATA / "suite-small.yaml", tmp_path / "my.suite.yaml")
+    monkeypatch.chdir(tmp_path)
+    assert main(["bench", "my.suite.yaml", "--out-dir", "out", "--quiet", "--methods", "1f1b"]) == 0
+    assert len(list(csv.DictReader((tmp_path / "out" / "my.suite.csv").open()))) == 3
+
+
+def test_unknown_suite_lists_the_known_ones(capsys):
+    assert main(["bench", "zero-bubbel"]) == 2
+    err = capsys.readouterr().err
+    assert "'zero-bubbel'" in err and "zero-bubble" in err and "layerpipe" in err
+    assert main(["bench", "missing.yaml"]) == 2
+    assert "missing.yaml: no such suite file" in capsys.readouterr().err

@@ -5,6 +5,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import venv
 from pathlib import Path
 
@@ -42,6 +43,52 @@ def test_solve_show_validate_export(tmp_path, capsys):
     assert main(["export", str(out), "--format", "torch-csv", "--out", str(tmp_path / "s.csv")]) == 0
     rows = (tmp_path / "s.csv").read_text().splitlines()
     assert len(rows) == 8 and rows[0].split(",")[:2] == ["0F0", "0F1"]
+
+
+def test_list_names_best_the_suites_and_the_experiments(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "--solver best" in out
+    assert "zero-bubble" in out and "models" in out  # bundled suites
+    assert "layerpipe" in out and "spectrain" in out  # experiments
+
+
+def test_summary_prints_each_figure_once(tmp_path, capsys):
+    """The summary names each figure once; the other objective appears only when it differs."""
+    out = tmp_path / "s.json"
+    assert main(["solve", str(DATA / "zb-1.5b.yaml"), "--schedule", "1f1b", "--out", str(out)]) == 0
+    line = capsys.readouterr().out.splitlines()[1]
+    doc = load_schedule(out)
+    m = doc.metrics
+    assert m["span"] == m["value"]
+    assert line.count(f"{m['value']} ") == 1, line
+    assert ("makespan" in line) == (m["makespan"] != m["value"])
+    assert "lower bound" in line and "bubble rate 0.2431" in line
+
+
+def test_plot_axes_use_the_summarys_units(tmp_path, monkeypatch):
+    """Gantt and memory axes in ms and GiB (as the summary prints them), not raw ns and bytes."""
+    import matplotlib.figure
+
+    from layersched.plot import plot_schedule
+
+    out = tmp_path / "s.json"
+    assert main(["solve", "problems/gpt3-1.3b-a100.yaml", "--out", str(out), "--quiet"]) == 0
+    doc = load_schedule(out)
+    seen = {}
+    real_savefig = matplotlib.figure.Figure.savefig
+
+    def savefig(fig, *args, **kwargs):
+        seen["fig"] = fig
+        return real_savefig(fig, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", savefig)
+    plot_schedule(doc, tmp_path / "s.svg")
+    gantt, memory = seen["fig"].axes
+    assert memory.get_xlabel() == "time (ms)" and memory.get_ylabel() == "memory (GiB)"
+    assert gantt.get_xlim()[1] == pytest.approx(doc.metrics["makespan"] / 1e6)
+    top = max(line.get_ydata().max() for line in memory.get_lines() if len(line.get_ydata()) > 2)
+    assert top == pytest.approx(max(doc.metrics["peak_memory"]) / 2**30)
 
 
 def test_model_level_problem_and_microbatch_override(tmp_path, capsys):
@@ -145,9 +192,21 @@ def test_built_wheel_works_outside_the_checkout(tmp_path):
     for init in [*ROOT.glob("layersched/**/__init__.py"), *ROOT.glob("solvers/**/__init__.py")]:
         assert str(init.relative_to(ROOT)) in names, f"{init.parent.name} is missing from the wheel"
     env_dir = tmp_path / "venv"
-    # the dependencies come from this interpreter's site-packages; the package itself only from the wheel
-    venv.EnvBuilder(system_site_packages=True, with_pip=True).create(env_dir)
+    # An isolated environment. Its dependencies come, on purpose, from the interpreter running this test
+    # (the project's .venv): a .pth line adds that environment's site-packages *after* the new one's. A
+    # path line in a .pth is not itself scanned for .pth files, so the editable install's finder there
+    # never runs, and layersched can only come from the wheel. (system_site_packages would expose the
+    # *base* interpreter instead, which has none of the dependencies on a fresh machine.)
+    venv.EnvBuilder(system_site_packages=False, with_pip=True).create(env_dir)
     py = env_dir / "bin" / "python"
+    site_dir = subprocess.run(
+        [py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    ours = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    (Path(site_dir) / "layersched-test-deps.pth").write_text("".join(f"{d}\n" for d in sorted(ours)))
     subprocess.run([py, "-m", "pip", "install", "--no-deps", "--quiet", str(wheel)], check=True, timeout=300)
     work = tmp_path / "elsewhere"
     work.mkdir()
@@ -175,3 +234,14 @@ def test_built_wheel_works_outside_the_checkout(tmp_path):
     assert "bubble rate 0.2431" in r.stdout
     r = subprocess.run([exe, "validate", "s.json"], cwd=work, env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
+    # the bundled suites ship in the wheel and are found by name from any directory
+    r = subprocess.run(
+        [exe, "bench", "zero-bubble", "--methods", "1f1b", "--quiet", "--out-dir", "b"],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    assert "zb-14.6b" in r.stdout and (work / "b" / "zero-bubble.csv").is_file()
