@@ -16,6 +16,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from layersched.bounds import pipeline_bounds
 from layersched.graph import TaskGraph, build_graph, parse_action, placement, to_problem
 from layersched.metrics import schedule_metrics
@@ -145,6 +147,81 @@ def symmetry_chains(tasks: TaskGraph) -> list[list[int]]:
     return [[idx[f"{s}{k}{i}"] for i in range(m)] for s in range(g.graph["num_stages"]) for k in kinds]
 
 
+def fused_is_dominated(pipe: Pipeline) -> bool:
+    """Whether every fused-backward schedule has a split-backward one at least as good: true when each
+    stage's fused ``B`` (with its cost per action) takes at least its ``I`` plus its ``W``. Then ``I``
+    then ``W`` in ``B``'s place ends no later and frees memory no later (see `split_orders`), so
+    searching the split graph covers the fused one and its bound holds for both."""
+    fused = (pipe.backward_input + pipe.backward_weight) if pipe.backward is None else pipe.backward
+    B = np.asarray(fused, dtype=np.int64) + pipe.overhead("B")
+    IW = pipe.backward_input + pipe.backward_weight + pipe.overhead("I") + pipe.overhead("W")
+    return bool(np.all(B >= IW))
+
+
+@dataclass
+class _Search:
+    """The outcome of searching one backward mode at one placement: its best schedule and a proven
+    lower bound on every schedule of that mode there (None when CP-SAT proved there is none)."""
+
+    split_backward: bool
+    solution: Solution | None
+    bound: int | None
+    status: str
+
+
+def _search_mode(
+    pipe: Pipeline,
+    split_backward: bool,
+    stage_to_rank: list[int],
+    seeds: list[Solution],
+    objective: str,
+    time_limit: float,
+    workers: int,
+    progress,
+    tried: dict,
+) -> _Search:
+    """List scheduling, then CP-SAT seeded with the best of ``seeds`` (converted to this mode where
+    that is exact) and the list result, on the graph of one backward mode and placement."""
+    from solvers import get_solver
+
+    mode = "split" if split_backward else "fused"
+    tasks = to_problem(build_graph(pipe, split_backward=split_backward, stage_to_rank=stage_to_rank), pipe.capacity)
+    hints = []
+    for sol in seeds:
+        if sol.stage_to_rank != list(stage_to_rank) or (sol.split_backward and not split_backward):
+            continue
+        compute = split_orders(sol) if split_backward else sol.actions()
+        hint = time_orders(tasks.problem, complete_orders(tasks, compute))
+        hints.append((hint.objective(tasks.problem, objective), hint))
+    heuristic = get_solver("list")(tasks.problem, objective=objective)
+    tried[f"list ({mode})"] = heuristic.objective if heuristic.schedule is not None else heuristic.status
+    if heuristic.schedule is not None:
+        hints.append((heuristic.objective, heuristic.schedule))
+    known = pipeline_bounds(pipe, stage_to_rank, objective)
+    result = get_solver("cpsat")(
+        tasks.problem,
+        objective=objective,
+        time_limit=time_limit,
+        workers=workers,
+        hint=min(hints, key=lambda h: h[0])[1] if hints else None,
+        symmetry=symmetry_chains(tasks),
+        progress=progress,
+        known_bound=max(known.values(), default=0),
+    )
+    tried[f"cpsat ({mode})"] = result.objective if result.schedule is not None else result.status
+    if result.schedule is None:
+        # proven infeasible: no schedule of this mode exists here, so it bounds nothing
+        return _Search(
+            split_backward, None, None if result.status == "infeasible" else result.lower_bound, result.status
+        )
+    validate(tasks.problem, result.schedule)
+    metrics = schedule_metrics(tasks.problem, result.schedule, pipe.num_ranks, objective, known)
+    # CP-SAT's bound holds for the micro-batch-ordered problem, which loses no optimum
+    metrics["lower_bound"] = bound = max(metrics["lower_bound"], result.lower_bound)
+    sol = Solution(pipe, tasks, result.schedule, "best", objective, metrics, 0.0, result)
+    return _Search(split_backward, sol, bound, result.status)
+
+
 def solve_best(
     pipe: Pipeline,
     *,
@@ -154,17 +231,24 @@ def solve_best(
     progress=None,
     templates: list[str] | None = None,
 ) -> Solution:
-    """Every template that fits (memory included), list scheduling, then CP-SAT on the split-backward
-    graph seeded with the best of them; returns the best validated schedule with its proven bound.
+    """The best schedule of every template that fits (memory included), list scheduling and CP-SAT,
+    with a lower bound that holds for everything searched.
 
-    ``info["candidates"]`` records each candidate's objective (or why it did not apply)."""
+    CP-SAT searches, at the placement of the best template, the split-backward graph and, unless
+    `fused_is_dominated`, the fused-backward graph too (each for half the time limit), each seeded
+    with the best template of that mode and the list schedule. The result is the fastest of all
+    candidates, templates included. The reported bound is the smallest of the searched modes' proven
+    bounds: no schedule of either backward mode at that placement is faster.
+
+    ``info["candidates"]`` records each candidate's objective (or why it did not apply), ``info
+    ["searched"]`` the modes searched with their bounds and CP-SAT statuses."""
     from layersched.templates import TemplateError, template_names
-    from solvers import Deadlock, InvalidSchedule, get_solver
+    from solvers import Deadlock, InvalidSchedule
 
     objective = objective or pipe.objective
     t0 = time.perf_counter()
     tried: dict[str, int | str] = {}
-    best: Solution | None = None
+    found: list[Solution] = []
     for name in templates if templates is not None else template_names():
         try:
             sol = solve_pipeline(pipe, schedule=name, objective=objective)
@@ -172,45 +256,32 @@ def solve_best(
             tried[name] = f"not applicable: {exc}"
             continue
         tried[name] = sol.metrics["value"]
-        if best is None or sol.metrics["value"] < best.metrics["value"]:
-            best = sol
-    stage_to_rank = best.stage_to_rank if best else placement(pipe.num_stages, pipe.num_ranks)
-    tasks = to_problem(build_graph(pipe, split_backward=True, stage_to_rank=stage_to_rank), pipe.capacity)
-    hint = None
-    if best is not None:
-        hint = time_orders(tasks.problem, complete_orders(tasks, split_orders(best)))
-    heuristic = get_solver("list")(tasks.problem, objective=objective)
-    tried["list"] = heuristic.objective if heuristic.schedule is not None else heuristic.status
-    if heuristic.schedule is not None and (
-        hint is None or heuristic.objective < hint.objective(tasks.problem, objective)
-    ):
-        hint = heuristic.schedule
-    known = pipeline_bounds(pipe, stage_to_rank, objective)
-    result = get_solver("cpsat")(
-        tasks.problem,
-        objective=objective,
-        time_limit=time_limit,
-        workers=workers,
-        hint=hint,
-        symmetry=symmetry_chains(tasks),
-        progress=progress,
-        known_bound=max(known.values(), default=0),
-    )
-    tried["cpsat"] = result.objective if result.schedule is not None else result.status
-    if result.schedule is None:
+        found.append(sol)
+    leader = min(found, key=lambda s: s.metrics["value"], default=None)
+    stage_to_rank = leader.stage_to_rank if leader else placement(pipe.num_stages, pipe.num_ranks)
+    modes = [True] if fused_is_dominated(pipe) else [True, False]
+    searches = [
+        _search_mode(pipe, split, stage_to_rank, found, objective, time_limit / len(modes), workers, progress, tried)
+        for split in modes
+    ]
+    found += [s.solution for s in searches if s.solution is not None]
+    if not found:
         raise RuntimeError(f"no schedule fits: every template and solver failed ({tried})")
-    validate(tasks.problem, result.schedule)
-    metrics = schedule_metrics(tasks.problem, result.schedule, pipe.num_ranks, objective, known)
-    # CP-SAT's bound holds for the micro-batch-ordered problem, which loses no optimum
-    metrics["lower_bound"] = max(metrics["lower_bound"], result.lower_bound)
-    return Solution(
-        pipe,
-        tasks,
-        result.schedule,
-        "best",
-        objective,
-        metrics,
-        time.perf_counter() - t0,
-        result,
-        info={"candidates": tried, "cpsat_status": result.status},
-    )
+    best = min(found, key=lambda s: s.metrics["value"])
+    bounds = [s.bound for s in searches if s.bound is not None]
+    bound = min([*bounds, best.metrics["value"]])
+    metrics = schedule_metrics(best.tasks.problem, best.schedule, pipe.num_ranks, objective)
+    metrics["lower_bound"] = bound
+    # the graph's own bounds (work per rank, ...) hold for its backward mode only: keep the union's
+    metrics["lower_bounds"] = {"searched": bound}
+    searched = {("split" if s.split_backward else "fused"): {"bound": s.bound, "status": s.status} for s in searches}
+    info = {
+        "candidates": tried,
+        "cpsat_status": ", ".join(f"{k} {v['status']}" for k, v in searched.items()),
+        "source": "cpsat" if any(best is s.solution for s in searches) else best.method,
+        "searched": searched,
+    }
+    value, runtime = metrics["value"], time.perf_counter() - t0
+    status = "optimal" if bound >= value else "feasible"
+    result = Result(best.schedule, status, value, bound, runtime, "best", objective, info)
+    return Solution(pipe, best.tasks, best.schedule, "best", objective, metrics, runtime, result, info)
