@@ -19,12 +19,12 @@ from pathlib import Path
 
 import torch
 
+from layersched.describe.stages import Pipeline
 from layersched.export import schedule_file
 from layersched.runtime.launch import launch_jobs
 from layersched.runtime.runner import RunConfig, train_reference
 from layersched.runtime.workload import load_workload
 from layersched.solve import solve_pipeline
-from layersched.stages import Pipeline
 from layersched.templates import TEMPLATES, TemplateError, template_names
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -24,7 +24,8 @@ import argparse
 import statistics
 from pathlib import Path
 
-from layersched.config import ProblemSpec
+from layersched.describe.config import ProblemSpec
+from layersched.describe.stages import pipeline_from_spec
 from layersched.export import schedule_file
 from layersched.runtime.launch import launch_jobs
 from layersched.runtime.profiler import CALIBRATION_SCHEDULES, problem_from_profile, profile
@@ -32,7 +33,6 @@ from layersched.runtime.runner import RunConfig
 from layersched.runtime.torch_runtime import torch_supports
 from layersched.runtime.trace import compare, trace_document
 from layersched.solve import solve_pipeline
-from layersched.stages import pipeline_from_spec
 from layersched.templates import TemplateError, template_names
 
 MODELS = Path(__file__).resolve().parents[1] / "examples" / "models.py"

@@ -32,17 +32,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from layersched.describe.stages import Pipeline
 from layersched.network import BandwidthTrace, TracedRun, constant, time_orders_under
 from layersched.solve import Solution, complete_orders, solve_pipeline
-from layersched.stages import Pipeline
 
 
 def kfkb_memory(pipe: Pipeline, k: int) -> np.ndarray:
     """Peak activation memory of each rank under ``kfkb-<k>`` (one stage per rank, fused backward):
     rank ``r`` holds ``min(m, k (p - r))`` micro-batches, each ``mem_forward[r]``.
 
-    >>> from layersched.config import ProblemSpec
-    >>> from layersched.stages import pipeline_from_spec
+    >>> from layersched.describe.config import ProblemSpec
+    >>> from layersched.describe.stages import pipeline_from_spec
     >>> pipe = pipeline_from_spec(ProblemSpec.model_validate({"name": "t", "pipeline": {"stages": 4,
     ...     "microbatches": 8, "forward": 1, "backward_input": 1, "backward_weight": 1, "memory_forward": 3}}))
     >>> kfkb_memory(pipe, 2).tolist()
@@ -57,8 +57,8 @@ def largest_k_per_stage(pipe: Pipeline) -> list[int]:
     """The largest ``k`` whose kFkB activations fit each stage's memory, ignoring whether ``k``
     divides the micro-batch count (``m`` when the stage fits them all, 0 when not even 1F1B fits).
 
-    >>> from layersched.config import ProblemSpec
-    >>> from layersched.stages import pipeline_from_spec
+    >>> from layersched.describe.config import ProblemSpec
+    >>> from layersched.describe.stages import pipeline_from_spec
     >>> pipe = pipeline_from_spec(ProblemSpec.model_validate({"name": "t", "pipeline": {"stages": 4,
     ...     "microbatches": 8, "forward": 1, "backward_input": 1, "backward_weight": 1,
     ...     "memory_forward": 1, "memory_limit": 6}}))

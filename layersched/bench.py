@@ -31,8 +31,8 @@ from typing import Annotated
 
 from pydantic import Field
 
-from layersched.config import ProblemSpec, SpecError, Strict, bundled_problems, load_problem, load_spec
-from layersched.stages import pipeline_from_spec
+from layersched.describe.config import ProblemSpec, SpecError, Strict, bundled_problems, load_problem, load_spec
+from layersched.describe.stages import pipeline_from_spec
 
 
 @dataclass

@@ -17,8 +17,8 @@ there.
 
 Example
 -------
->>> from layersched.config import ProblemSpec
->>> from layersched.stages import pipeline_from_spec
+>>> from layersched.describe.config import ProblemSpec
+>>> from layersched.describe.stages import pipeline_from_spec
 >>> pipe = pipeline_from_spec(ProblemSpec.model_validate({"name": "t", "pipeline": {
 ...     "stages": 4, "microbatches": 8, "forward": 2, "backward_input": 2, "backward_weight": 1,
 ...     "memory_forward": 4, "memory_freed_by_weight": 1, "memory_limit": 16}}))
@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from layersched.stages import Pipeline
+from layersched.describe.stages import Pipeline
 
 
 def _best_fill(a_max: int, budget: int, mem_f: int, mem_w: int, val_a: int, val_b: int, b_max: int) -> int:

@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _is_user_error(exc: Exception) -> bool:
-    from layersched.config import SpecError
+    from layersched.describe.config import SpecError
     from layersched.templates import TemplateError
     from solvers import Deadlock, InvalidSchedule
 
@@ -146,10 +146,10 @@ def _is_user_error(exc: Exception) -> bool:
 
 
 def cmd_solve(args, console: Console) -> int:
-    from layersched.config import SpecError, load_problem
+    from layersched.describe.config import SpecError, load_problem
+    from layersched.describe.stages import pipeline_from_spec
     from layersched.export import save_json, schedule_file
     from layersched.solve import solve_pipeline
-    from layersched.stages import pipeline_from_spec
 
     spec = load_problem(args.problem)
     if args.pipeline is not None:
@@ -209,7 +209,7 @@ def _load_checked(path: str):
         validate(problem, schedule)
         check_actions(doc, problem, schedule)
     except ValueError as exc:
-        from layersched.config import SpecError
+        from layersched.describe.config import SpecError
 
         raise SpecError(f"{path}: {exc}") from None
     return doc, schedule_metrics(problem, schedule, doc.pipeline.num_ranks, doc.objective)
@@ -234,7 +234,7 @@ def cmd_validate(args, console: Console) -> int:
         k for k in ("value", "span", "makespan", "peak_memory") if k in doc.metrics and doc.metrics[k] != metrics[k]
     ]
     if stale:
-        from layersched.config import SpecError
+        from layersched.describe.config import SpecError
 
         raise SpecError(
             f"{args.schedule}: metrics: {', '.join(stale)} do not match the tasks "

@@ -7,8 +7,8 @@ so `layersched validate` can check it with nothing else at hand. Its JSON Schema
 
 Example
 -------
->>> from layersched.config import ProblemSpec
->>> from layersched.stages import pipeline_from_spec
+>>> from layersched.describe.config import ProblemSpec
+>>> from layersched.describe.stages import pipeline_from_spec
 >>> from layersched.solve import solve_pipeline
 >>> sol = solve_pipeline(pipeline_from_spec(ProblemSpec.model_validate({"name": "t", "pipeline": {
 ...     "stages": 2, "microbatches": 2, "forward": 1, "backward_input": 1, "backward_weight": 1}})))
@@ -31,7 +31,7 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from layersched.config import SpecError, format_validation_error, read_data
+from layersched.describe.config import SpecError, format_validation_error, read_data
 from layersched.graph import parse_action
 from solvers import UNLIMITED, Problem, Schedule
 

@@ -8,7 +8,7 @@ transfer delay paid when their ends sit on different ranks.
 Example
 -------
 >>> import numpy as np
->>> from layersched.stages import Pipeline
+>>> from layersched.describe.stages import Pipeline
 >>> one = np.ones(2, dtype=np.int64)
 >>> pipe = Pipeline("t", 2, 2, one, one, one, np.array([1]), one, 0 * one, None, 0 * one, 0 * one)
 >>> g = build_graph(pipe, split_backward=True)
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import networkx as nx
 import numpy as np
 
-from layersched.stages import Pipeline
+from layersched.describe.stages import Pipeline
 from solvers import Problem
 
 ACTION = re.compile(r"^(\d+)(F|I|W|B|R|U)(\d*)$")

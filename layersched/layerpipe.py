@@ -8,7 +8,7 @@
   items, and a stage boundary between them puts them on neighbouring processors: a cut between
   sub-layers, which sends that sub-layer's ``output_bytes``.
 
-A plan partitions the sub-layers with the exact dynamic program (`layersched.partition`) so the
+A plan partitions the sub-layers with the exact dynamic program (`layersched.describe.partition`) so the
 slowest processor is as fast as possible, within each device's memory, counting the cuts' transfers;
 the schedule is then retimed so every processor does the same work per micro-batch: one ``F``, one
 ``I`` and one ``W`` of its stage, ``W`` placed where it fills idle time.
@@ -22,7 +22,7 @@ Both keep the activations of ``P - p`` micro-batches on stage ``p`` and one copy
 
 Example
 -------
->>> from layersched.config import LayerSpec, LinkSpec
+>>> from layersched.describe.config import LayerSpec, LinkSpec
 >>> mm = LayerSpec(name="mm", forward=3e-3, backward_input=3e-3, backward_weight=3e-3, output_bytes=8)
 >>> act = LayerSpec(name="act", forward=1e-3, backward_input=1e-3, output_bytes=8)
 >>> layers = [LayerSpec(name=f"l{i}", sublayers=[mm, act]) for i in range(3)]
@@ -39,7 +39,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from layersched.partition import cpsat_partition_items, optimal_contiguous
+from layersched.describe.partition import cpsat_partition_items, optimal_contiguous
 from layersched.pipeplan import Plan, Setting, in_flight, simulate
 
 MODES = ("async", "sync")

@@ -46,7 +46,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> dict[str, Callable]:
 def cmd_partition(args, console) -> int:
     from rich.table import Table
 
-    from layersched.config import SpecError, load_problem
+    from layersched.describe.config import SpecError, load_problem
     from layersched.layerpipe import plan_layerpipe
     from layersched.pipedream import plan_pipedream
     from layersched.pipeplan import Setting

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from layersched.partition import PartitionInput
+from layersched.describe.partition import PartitionInput
 from layersched.pipeplan import Plan, Setting, in_flight
 
 

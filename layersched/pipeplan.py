@@ -13,7 +13,7 @@ Assumptions, stated once:
   assumption; NCCL on NVLink): a cut is a pipeline stage of its own costing its activation forward
   plus its gradient back, ``2 * link.time(output_bytes)``.
 - **Memory per processor.** Weights, gradients and optimizer state (``2 + optimizer_bytes_per_param /
-  dtype_bytes`` times the parameter bytes, as in `layersched.stages`) plus the activations of the
+  dtype_bytes`` times the parameter bytes, as in `layersched.describe.stages`) plus the activations of the
   micro-batches in flight: ``P - p`` on stage ``p`` under 1F1B. PipeDream's weight stashing adds one
   stashed copy of the stage's weights per in-flight micro-batch beyond the newest.
 - **Checked by simulation.** `simulate` builds the stage-level `Pipeline`, schedules ``m`` and ``2 m``
@@ -23,7 +23,7 @@ Assumptions, stated once:
 
 Example
 -------
->>> from layersched.config import LayerSpec
+>>> from layersched.describe.config import LayerSpec
 >>> sub = [LayerSpec(name="mm", forward=2, backward_input=2, backward_weight=2, output_bytes=1),
 ...        LayerSpec(name="act", forward=1, backward_input=1, output_bytes=1)]
 >>> layers = [LayerSpec(name=f"l{i}", sublayers=sub) for i in range(3)]
@@ -37,9 +37,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from layersched.config import LayerSpec, LinkSpec
-from layersched.partition import Partition
-from layersched.stages import NS_PER_SECOND, Pipeline
+from layersched.describe.config import LayerSpec, LinkSpec
+from layersched.describe.partition import Partition
+from layersched.describe.stages import NS_PER_SECOND, Pipeline
 
 FIELDS = (
     "forward",
@@ -162,8 +162,8 @@ def simulate(plan: Plan, microbatches: int) -> dict:
 
     Example
     -------
-    >>> from layersched.config import LayerSpec, LinkSpec
-    >>> from layersched.partition import optimal_contiguous
+    >>> from layersched.describe.config import LayerSpec, LinkSpec
+    >>> from layersched.describe.partition import optimal_contiguous
     >>> layers = [LayerSpec(name=f"l{i}", forward=1e-3, backward_input=1e-3, backward_weight=1e-3,
     ...                     activation_bytes=10) for i in range(4)]
     >>> items = Items.from_layers(layers, "layer")
@@ -189,7 +189,7 @@ def simulate(plan: Plan, microbatches: int) -> dict:
 
 
 def static_bytes(params: np.ndarray, optimizer_bytes_per_param: float, dtype_bytes: int) -> np.ndarray:
-    """Weights, gradients and optimizer state for ``params`` bytes of weights (as `layersched.stages`).
+    """Weights, gradients and optimizer state for ``params`` bytes of weights (as `layersched.describe.stages`).
 
     >>> static_bytes(np.array([2.0]), 12.0, 2).tolist()
     [16.0]
@@ -213,8 +213,8 @@ class Setting:
     @classmethod
     def from_spec(cls, spec, source: str = "problem") -> Setting:
         """From a model-level `ProblemSpec`; `SpecError` for a stage-level one."""
-        from layersched.config import SpecError
-        from layersched.costmodel import model_layers
+        from layersched.describe.config import SpecError
+        from layersched.describe.costmodel import model_layers
 
         if spec.model is None:
             raise SpecError(f"{source}: partitioning needs a model-level problem (model, cluster, training)")

@@ -75,7 +75,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    from layersched.config import SpecError
+    from layersched.describe.config import SpecError
     from layersched.runtime.plan import PlanError
 
     rank = int(os.environ.get("RANK", "0"))
@@ -127,7 +127,7 @@ def _model_options(args) -> dict:
     ``--microbatch-size``."""
     import ast
 
-    from layersched.config import SpecError
+    from layersched.describe.config import SpecError
 
     options = {}
     for item in args.model_arg:

@@ -2,8 +2,8 @@
 
 Example
 -------
->>> from layersched.config import ProblemSpec
->>> from layersched.stages import pipeline_from_spec
+>>> from layersched.describe.config import ProblemSpec
+>>> from layersched.describe.stages import pipeline_from_spec
 >>> pipe = pipeline_from_spec(ProblemSpec.model_validate({"name": "t", "pipeline": {
 ...     "stages": 4, "microbatches": 8, "forward": 1, "backward_input": 1, "backward_weight": 1}}))
 >>> sol = solve_pipeline(pipe, schedule="1f1b")
@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from layersched.bounds import pipeline_bounds
+from layersched.describe.stages import Pipeline
 from layersched.graph import TaskGraph, build_graph, parse_action, placement, to_problem
 from layersched.metrics import schedule_metrics
-from layersched.stages import Pipeline
 from layersched.templates import get_template, template_orders
 from solvers import Result, Schedule, time_orders, validate
 

@@ -9,8 +9,8 @@ interleaved 1F1B; ``kfkb`` Ada-Grouper's kFkB; ``ooo`` out-of-order backprop (Oh
 
 Example
 -------
->>> from layersched.stages import pipeline_from_spec
->>> from layersched.config import ProblemSpec
+>>> from layersched.describe.stages import pipeline_from_spec
+>>> from layersched.describe.config import ProblemSpec
 >>> pipe = pipeline_from_spec(ProblemSpec.model_validate({"name": "t", "pipeline": {
 ...     "stages": 2, "microbatches": 3, "forward": 1, "backward_input": 1, "backward_weight": 1}}))
 >>> template_orders("1f1b", pipe)[0]
@@ -27,8 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
+from layersched.describe.stages import Pipeline
 from layersched.graph import parse_action
-from layersched.stages import Pipeline
 
 
 class TemplateError(ValueError):

@@ -26,9 +26,9 @@ from pathlib import Path
 import numpy as np
 
 from layersched.bench import BenchResult, save_figure
-from layersched.config import bundled_problems, load_problem
+from layersched.describe.config import bundled_problems, load_problem
+from layersched.describe.partition import optimal_contiguous
 from layersched.layerpipe import plan_layerpipe, speedup
-from layersched.partition import optimal_contiguous
 from layersched.pipedream import pipedream_partition, plan_pipedream
 from layersched.pipeplan import Setting, simulate
 

@@ -1,6 +1,6 @@
 """``layersched bench ooo``: out-of-order backprop's simulated speedups over the usual schedules.
 
-Analytic costs from the problem files under ``problems/`` (V100s, `layersched.costmodel`):
+Analytic costs from the problem files under ``problems/`` (V100s, `layersched.describe.costmodel`):
 
 - data parallel: ResNet-50 and ResNet-101, 64 images per GPU, on 4 to 48 GPUs (4 per node) with
   10 and 25 Gb/s links between nodes. Baseline: the reverse-layer order with 25 MiB buckets
@@ -24,7 +24,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from layersched.bench import BenchResult, save_figure
-from layersched.config import ClusterSpec, bundled_problems, load_problem, load_spec
+from layersched.describe.config import ClusterSpec, bundled_problems, load_problem, load_spec
 
 PROBLEMS = bundled_problems()
 MIB = 2**20

@@ -4,7 +4,7 @@ The task graph spans ``T`` iterations and the forward pass of iteration ``T`` (w
 window). Per iteration ``t`` and layer ``l`` there are a forward ``F``, a backward for inputs ``I``,
 a backward for weights ``W`` and an update ``U`` on the GPU, and per gradient bucket an all-reduce
 ``R`` on the network processor (a ring: ``2(n-1)/n * bytes / bandwidth + 2(n-1) * latency``, as
-`layersched.stages` prices it). Edges: ``F(t,l) -> F(t,l+1)``, the output gradient ``I(t,l+1)`` (or
+`layersched.describe.stages` prices it). Edges: ``F(t,l) -> F(t,l+1)``, the output gradient ``I(t,l+1)`` (or
 the loss, ``F(t,L-1)``) before ``I(t,l)`` and ``W(t,l)``, ``W -> R`` of its bucket ``-> U(t,l) ->
 F(t+1,l)``. The input gradient of layer 0 is never needed: its ``I`` takes no time. Memory: ``F``
 allocates the layer's activations, ``I`` frees all of them but what ``W`` still needs, ``W`` the
@@ -38,8 +38,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from layersched.config import ProblemSpec
-from layersched.stages import NS_PER_SECOND, optimizer_seconds
+from layersched.describe.config import ProblemSpec
+from layersched.describe.stages import NS_PER_SECOND, optimizer_seconds
 from solvers import Problem, Result, Schedule, peak_memory, time_orders, validate
 
 Order = list[tuple[str, int]]
@@ -92,8 +92,8 @@ class Network:
 def layer_costs(spec: ProblemSpec) -> LayerCosts:
     """Per-layer costs of a model-level problem on its cluster's device, for a per-device batch of
     ``training.microbatch_size`` (summed over ``training.microbatches``); gradients are
-    ``dtype_bytes`` per parameter, the update is memory bound as in `layersched.stages`."""
-    from layersched.costmodel import model_layers
+    ``dtype_bytes`` per parameter, the update is memory bound as in `layersched.describe.stages`."""
+    from layersched.describe.costmodel import model_layers
 
     model, cluster, train = spec.model, spec.cluster, spec.training
     if model is None or cluster is None or train is None:

@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from layersched.config import ProblemSpec
-from layersched.stages import NS_PER_SECOND
+from layersched.describe.config import ProblemSpec
+from layersched.describe.stages import NS_PER_SECOND
 from solvers import Problem, Schedule, time_orders, validate
 
 HOST, MAIN, SUB = 0, 1, 2
@@ -61,7 +61,7 @@ class Kernels:
 
 def kernels(spec: ProblemSpec) -> Kernels:
     """The leaves of a model-level problem's layers on its device, for ``training.microbatch_size``."""
-    from layersched.costmodel import model_layers
+    from layersched.describe.costmodel import model_layers
 
     if spec.model is None or spec.cluster is None or spec.training is None:
         raise ValueError(f"{spec.name}: multi-stream costs need a model-level problem (model, cluster, training)")
@@ -81,8 +81,8 @@ def kernels(spec: ProblemSpec) -> Kernels:
 
 def _op_counts(spec: ProblemSpec) -> dict[str, list[int]] | None:
     """Kernels per leaf and pass from the cost model's ops (None for hand-written layers)."""
-    from layersched import costmodel
-    from layersched.config import CNNArch, MLPArch
+    from layersched.describe import costmodel
+    from layersched.describe.config import CNNArch, MLPArch
 
     arch, b, d = spec.model.architecture, spec.training.microbatch_size, spec.model.dtype_bytes
     if arch is None:

@@ -15,7 +15,7 @@ delays: links are not a shared resource, so modulo allocation's many transfers c
 
 Example
 -------
->>> from layersched.config import load_problem
+>>> from layersched.describe.config import load_problem
 >>> spec = with_shape(load_problem("problems/bert-ooo-v100.yaml"), layers=4, ranks=2, microbatches=2)
 >>> _, ranks = modulo_pipeline(spec)
 >>> ranks
@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from layersched.config import ProblemSpec
+from layersched.describe.config import ProblemSpec
+from layersched.describe.stages import NS_PER_SECOND, Pipeline, optimizer_seconds, pipeline_from_spec
 from layersched.solve import Solution, solve_pipeline
-from layersched.stages import NS_PER_SECOND, Pipeline, optimizer_seconds, pipeline_from_spec
 
 
 def with_shape(spec: ProblemSpec, *, layers: int, ranks: int, microbatches: int) -> ProblemSpec:
@@ -43,9 +43,9 @@ def with_shape(spec: ProblemSpec, *, layers: int, ranks: int, microbatches: int)
 def modulo_pipeline(spec: ProblemSpec) -> tuple[Pipeline, list[int]]:
     """One stage per layer of ``spec`` and the rank of each: block ``i`` on ``i mod G``, the first
     layer (embedding) with block 0 and the last (head) with the last block. Costs as in
-    `layersched.stages`: the cost model's layer figures in ns, transfers over the link between the
+    `layersched.describe.stages`: the cost model's layer figures in ns, transfers over the link between the
     two ranks, a memory-bound optimizer step per layer."""
-    from layersched.costmodel import model_layers
+    from layersched.describe.costmodel import model_layers
 
     model, cluster, train = spec.model, spec.cluster, spec.training
     G = train.pipeline

@@ -55,9 +55,9 @@ def one_f_one_b(num_stages: int, num_microbatches: int) -> list[list[str]]:
     >>> one_f_one_b(2, 2)
     [['0F0', '0F1', '0B0', '0B1'], ['1F0', '1B0', '1F1', '1B1']]
     """
-    from layersched.config import ProblemSpec
+    from layersched.describe.config import ProblemSpec
+    from layersched.describe.stages import pipeline_from_spec
     from layersched.solve import solve_pipeline
-    from layersched.stages import pipeline_from_spec
 
     fields = {
         "stages": num_stages,

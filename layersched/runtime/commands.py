@@ -61,7 +61,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> dict[str, Callable]:
 
 
 def cmd_profile(args, console) -> int:
-    from layersched.config import SpecError, load_problem
+    from layersched.describe.config import SpecError, load_problem
     from layersched.runtime.profiler import problem_from_profile, profile, write_problem
 
     for flag in ("microbatch", "microbatches", "pipeline", "data_parallel", "repeat", "threads"):

@@ -8,10 +8,10 @@ others are stopped and a `RunFailed` names the rank and its error; when the run 
 
 Example
 -------
->>> from layersched.config import ProblemSpec
+>>> from layersched.describe.config import ProblemSpec
 >>> from layersched.export import schedule_file
 >>> from layersched.solve import solve_pipeline
->>> from layersched.stages import pipeline_from_spec
+>>> from layersched.describe.stages import pipeline_from_spec
 >>> spec = ProblemSpec.model_validate({"name": "t", "pipeline": {"stages": 2, "microbatches": 2,
 ...     "forward": 1, "backward_input": 1, "backward_weight": 1}})
 >>> doc = schedule_file(solve_pipeline(pipeline_from_spec(spec), schedule="1f1b"))

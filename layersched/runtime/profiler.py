@@ -30,7 +30,7 @@ from collections.abc import Callable
 
 import torch
 
-from layersched.config import ClusterSpec, DeviceSpec, LinkSpec, ModelSpec, ProblemSpec, TrainingSpec
+from layersched.describe.config import ClusterSpec, DeviceSpec, LinkSpec, ModelSpec, ProblemSpec, TrainingSpec
 from layersched.runtime.runner import SGD
 from layersched.runtime.workload import load_workload
 
@@ -339,13 +339,13 @@ def measure_runtime(
     Both go into the problem (device ``action_overhead``, link ``latency``), so that predictions
     count what a run of this runner costs beyond its layers; ``iterations`` holds the calibration
     runs' measured iteration per schedule."""
+    from layersched.describe.stages import pipeline_from_spec
     from layersched.export import schedule_file
     from layersched.graph import parse_action
     from layersched.runtime.launch import launch_jobs
     from layersched.runtime.runner import RunConfig
     from layersched.runtime.trace import flight_times, trace_document
     from layersched.solve import solve_pipeline
-    from layersched.stages import pipeline_from_spec
 
     m = max(prof["num_microbatches"], 2)
     bare = {**prof, "device": {**prof["device"], "action_overhead": 0.0}}  # the layers' own times
@@ -403,8 +403,8 @@ def fit_overhead(prof: dict, overhead: dict[str, float], iterations: dict[str, f
     >>> round(fitted["F"] * 1e6, 1), round(fitted["B"] * 1e6, 1)
     (89.0, 89.0)
     """
+    from layersched.describe.stages import pipeline_from_spec
     from layersched.solve import solve_pipeline
-    from layersched.stages import pipeline_from_spec
 
     m = max(prof["num_microbatches"], 2)
 

@@ -24,7 +24,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from layersched.config import SpecError, read_data
+from layersched.describe.config import SpecError, read_data
 from layersched.export import write_text
 from layersched.graph import parse_action
 

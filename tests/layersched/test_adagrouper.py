@@ -16,10 +16,10 @@ from layersched.adagrouper import (
     simulate,
     total_time,
 )
-from layersched.config import ProblemSpec
+from layersched.describe.config import ProblemSpec
+from layersched.describe.stages import pipeline_from_spec
 from layersched.network import constant, on_off
 from layersched.solve import solve_pipeline
-from layersched.stages import pipeline_from_spec
 from layersched.templates import TemplateError
 from solvers import InvalidSchedule, validate
 

@@ -8,7 +8,7 @@ import pytest
 
 from layersched.bench import run_suite
 from layersched.cli import main
-from layersched.config import SpecError
+from layersched.describe.config import SpecError
 from layersched.export import load_schedule, to_problem
 from solvers import validate
 

@@ -6,7 +6,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from layersched.config import ProblemSpec, SpecError, load_problem
+from layersched.describe.config import ProblemSpec, SpecError, load_problem
+from layersched.describe.stages import pipeline_from_spec
 from layersched.export import (
     SCHEMA_PATH,
     check_actions,
@@ -19,7 +20,6 @@ from layersched.export import (
 )
 from layersched.graph import build_graph, parse_action, placement
 from layersched.solve import solve_pipeline
-from layersched.stages import pipeline_from_spec
 from layersched.templates import TemplateError, template_orders
 from solvers import InvalidSchedule, validate
 

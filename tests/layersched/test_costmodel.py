@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from layersched import costmodel
-from layersched.config import CNNArch, DeviceSpec, LayerSpec, MLPArch, ModelSpec, TransformerArch
-from layersched.costmodel import build_layers, model_layers, parameter_count
+from layersched.describe import costmodel
+from layersched.describe.config import CNNArch, DeviceSpec, LayerSpec, MLPArch, ModelSpec, TransformerArch
+from layersched.describe.costmodel import build_layers, model_layers, parameter_count
 
 GiB = 2**30
 A100 = DeviceSpec(name="A100", peak_flops=312e12, memory_bandwidth=2.0e12, memory_bytes=80 * GiB)

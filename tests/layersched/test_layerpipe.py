@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from layersched.cli import main
-from layersched.config import LayerSpec, LinkSpec, load_problem
+from layersched.describe.config import LayerSpec, LinkSpec, load_problem
+from layersched.describe.partition import optimal_contiguous
 from layersched.layerpipe import plan_layerpipe
-from layersched.partition import optimal_contiguous
 from layersched.pipedream import pipedream_partition, plan_pipedream
 from layersched.pipeplan import Setting, in_flight, simulate
 

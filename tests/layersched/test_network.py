@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from layersched.config import ProblemSpec
+from layersched.describe.config import ProblemSpec
+from layersched.describe.stages import pipeline_from_spec
 from layersched.network import (
     BandwidthTrace,
     constant,
@@ -14,7 +15,6 @@ from layersched.network import (
     time_orders_under,
 )
 from layersched.solve import complete_orders, solve_pipeline
-from layersched.stages import pipeline_from_spec
 from solvers import time_orders, validate
 
 

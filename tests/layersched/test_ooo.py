@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from layersched.config import load_problem
+from layersched.describe.config import load_problem
 from layersched.ooo import dataparallel as dp
 from layersched.ooo import multistream as ms
 from layersched.ooo import pipeline as pp

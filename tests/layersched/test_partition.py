@@ -10,7 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from layersched.partition import PartitionInput, contiguous_partition, cpsat_partition_items, optimal_contiguous
+from layersched.describe.partition import (
+    PartitionInput,
+    contiguous_partition,
+    cpsat_partition_items,
+    optimal_contiguous,
+)
 
 
 def exhaustive(work, processors, **options) -> float:

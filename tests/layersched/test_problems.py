@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from layersched.config import ClusterSpec, load_problem, load_spec
-from layersched.costmodel import model_layers, parameter_count
+from layersched.describe.config import ClusterSpec, load_problem, load_spec
+from layersched.describe.costmodel import model_layers, parameter_count
 
 PROBLEMS = Path(__file__).resolve().parents[2] / "problems"
 CLUSTERS = PROBLEMS / "clusters"

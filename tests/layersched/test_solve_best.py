@@ -6,8 +6,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from layersched.describe.stages import Pipeline
 from layersched.solve import fused_is_dominated, solve_best, solve_pipeline
-from layersched.stages import Pipeline
 from solvers import validate
 
 pytest.importorskip("ortools")

@@ -6,9 +6,9 @@ Closed forms are stated as bubble time = span - work per rank, with equal stages
 
 import pytest
 
-from layersched.config import ProblemSpec
+from layersched.describe.config import ProblemSpec
+from layersched.describe.stages import pipeline_from_spec
 from layersched.solve import solve_pipeline
-from layersched.stages import pipeline_from_spec
 from layersched.templates import TemplateError, get_template, template_names, template_orders
 from solvers import InvalidSchedule
 

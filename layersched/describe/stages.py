@@ -6,7 +6,7 @@ problem is taken as it is.
 
 Example
 -------
->>> from layersched.config import ProblemSpec
+>>> from layersched.describe.config import ProblemSpec
 >>> spec = ProblemSpec.model_validate({"name": "t", "pipeline": {"stages": 4, "microbatches": 8,
 ...     "forward": 2, "backward_input": 2, "backward_weight": 1, "transfer": 1}})
 >>> pipe = pipeline_from_spec(spec)
@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from layersched.config import DeviceSpec, LayerSpec, ProblemSpec, SpecError
-from layersched.partition import optimal_contiguous
+from layersched.describe.config import DeviceSpec, LayerSpec, ProblemSpec, SpecError
+from layersched.describe.partition import optimal_contiguous
 
 NS_PER_SECOND = 1_000_000_000
 
@@ -87,7 +87,7 @@ def optimizer_seconds(
     memory bound (its weights, gradients and ``optimizer_bytes_per_param`` of state per parameter,
     read and written once at the device's achievable bandwidth).
 
-    >>> from layersched.config import DeviceSpec, LayerSpec
+    >>> from layersched.describe.config import DeviceSpec, LayerSpec
     >>> dev = DeviceSpec(name="d", peak_flops=1e12, memory_bandwidth=1e9, memory_bytes=2**30, bandwidth_efficiency=1)
     >>> optimizer_seconds([LayerSpec(name="a", param_bytes=1000), LayerSpec(name="b", optimizer=0.5)], 4, 4.0, dev)
     array([3.e-06, 5.e-01])
@@ -136,7 +136,7 @@ def pipeline_from_spec(spec: ProblemSpec, source: str = "problem") -> Pipeline:
 
 
 def _model_pipeline(spec: ProblemSpec, source: str) -> Pipeline:
-    from layersched.costmodel import model_layers
+    from layersched.describe.costmodel import model_layers
 
     model, cluster, train = spec.model, spec.cluster, spec.training
     assert model is not None and cluster is not None and train is not None
@@ -234,7 +234,7 @@ def _model_pipeline(spec: ProblemSpec, source: str) -> Pipeline:
 
 
 def _partition(tot: dict, S: int, train, cluster, dtype_bytes: int, source: str) -> list[list[int]]:
-    """Contiguous layers per stage by `layersched.partition.optimal_contiguous`: the slowest stage
+    """Contiguous layers per stage by `layersched.describe.partition.optimal_contiguous`: the slowest stage
     (compute, or a link at a cut, both directions) as fast as possible, with each stage's weights,
     gradients and optimizer state plus the activations that 1F1B keeps in flight (``S - s``
     micro-batches on stage ``s``, one stage per rank) within the device's memory."""

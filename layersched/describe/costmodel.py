@@ -21,7 +21,7 @@ residual branch that includes the residual stream, inside a DenseNet block the f
 
 Example
 -------
->>> from layersched.config import DeviceSpec, TransformerArch
+>>> from layersched.describe.config import DeviceSpec, TransformerArch
 >>> a100 = DeviceSpec(name="A100", peak_flops=312e12, memory_bandwidth=2.0e12, memory_bytes=80 * 2**30)
 >>> gpt = TransformerArch(family="transformer", num_layers=24, hidden=2048, heads=16, seq_len=2048,
 ...                       vocab=50257)
@@ -37,7 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import pairwise
 
-from layersched.config import (
+from layersched.describe.config import (
     CNNArch,
     DeviceSpec,
     LayerSpec,
@@ -555,7 +555,7 @@ def build_layers(
 
     Example
     -------
-    >>> from layersched.config import CNNArch, DeviceSpec
+    >>> from layersched.describe.config import CNNArch, DeviceSpec
     >>> v100 = DeviceSpec(name="V100", peak_flops=125e12, memory_bandwidth=900e9, memory_bytes=32 * 2**30)
     >>> layers = build_layers(CNNArch(family="resnet50"), v100, microbatch_size=1)
     >>> len(layers), parameter_count(layers)
@@ -582,7 +582,7 @@ def model_layers(model: ModelSpec, device: DeviceSpec, microbatch_size: int) -> 
 
     Example
     -------
-    >>> from layersched.config import DeviceSpec, ModelSpec
+    >>> from layersched.describe.config import DeviceSpec, ModelSpec
     >>> gpu = DeviceSpec(name="gpu", peak_flops=1e12, memory_bandwidth=1e11, memory_bytes=2**30)
     >>> model = ModelSpec(name="mlp", architecture={"family": "mlp", "widths": [16, 32, 4]})
     >>> [layer.name for layer in model_layers(model, gpu, microbatch_size=8)]

@@ -356,8 +356,8 @@ def bundled_problems() -> Path:
     >>> (bundled_problems() / "suites" / "zero-bubble.yaml").is_file()
     True
     """
-    here = Path(__file__).resolve().parent
-    for candidate in (here / "problems", here.parent / "problems"):
+    package = Path(__file__).resolve().parents[1]
+    for candidate in (package / "problems", package.parent / "problems"):
         if (candidate / "suites").is_dir():
             return candidate
-    raise SpecError(f"the bundled problem files are missing (looked in {here / 'problems'}); reinstall layersched")
+    raise SpecError(f"the bundled problem files are missing (looked in {package / 'problems'}); reinstall layersched")
