@@ -24,8 +24,8 @@ from layersched.export import schedule_file
 from layersched.runtime.launch import launch_jobs
 from layersched.runtime.runner import RunConfig, train_reference
 from layersched.runtime.workload import load_workload
-from layersched.solve import solve_pipeline
-from layersched.templates import TEMPLATES, TemplateError, template_names
+from layersched.schedule.solve import solve_pipeline
+from layersched.schedule.templates import TEMPLATES, TemplateError, template_names
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = {"mlp": f"{ROOT / 'examples' / 'models.py'}:mlp", "gpt_small": f"{ROOT / 'examples' / 'models.py'}:gpt_small"}

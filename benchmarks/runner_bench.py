@@ -32,8 +32,8 @@ from layersched.runtime.profiler import CALIBRATION_SCHEDULES, problem_from_prof
 from layersched.runtime.runner import RunConfig
 from layersched.runtime.torch_runtime import torch_supports
 from layersched.runtime.trace import compare, trace_document
-from layersched.solve import solve_pipeline
-from layersched.templates import TemplateError, template_names
+from layersched.schedule.solve import solve_pipeline
+from layersched.schedule.templates import TemplateError, template_names
 
 MODELS = Path(__file__).resolve().parents[1] / "examples" / "models.py"
 

@@ -19,7 +19,7 @@ from layersched.export import save_json, schedule_file
 from layersched.runtime.launch import launch_local
 from layersched.runtime.profiler import problem_from_profile, profile
 from layersched.runtime.trace import compare
-from layersched.solve import solve_pipeline
+from layersched.schedule.solve import solve_pipeline
 
 MODEL = f"{Path(__file__).parent / 'models.py'}:gpt_small"
 

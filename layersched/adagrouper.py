@@ -34,7 +34,7 @@ import numpy as np
 
 from layersched.describe.stages import Pipeline
 from layersched.network import BandwidthTrace, TracedRun, constant, time_orders_under
-from layersched.solve import Solution, complete_orders, solve_pipeline
+from layersched.schedule.solve import Solution, complete_orders, solve_pipeline
 
 
 def kfkb_memory(pipe: Pipeline, k: int) -> np.ndarray:

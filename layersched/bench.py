@@ -169,7 +169,7 @@ def experiment_names() -> list[str]:
 
 
 def _is_template(name: str) -> bool:
-    from layersched.templates import get_template
+    from layersched.schedule.templates import get_template
 
     try:
         get_template(name)
@@ -180,7 +180,7 @@ def _is_template(name: str) -> bool:
 
 def check_methods(path: Path, methods: list[str]) -> None:
     """`SpecError` naming the first method that is neither a template, a solver nor ``best``."""
-    from layersched.templates import template_names
+    from layersched.schedule.templates import template_names
     from solvers import solver_names
 
     for m in methods:
@@ -194,8 +194,8 @@ def run_suite(
 ) -> list[dict]:
     """Solve every (problem, memory factor, method) of the suite; one row per run. A method that
     cannot apply (template preconditions, memory) gives a row with its reason in ``status``."""
-    from layersched.solve import solve_pipeline
-    from layersched.templates import TemplateError
+    from layersched.schedule.solve import solve_pipeline
+    from layersched.schedule.templates import TemplateError
     from solvers import Deadlock, InvalidSchedule
 
     suite = load_spec(path, SuiteSpec)

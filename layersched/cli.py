@@ -25,7 +25,7 @@ EPILOG = """examples:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from layersched.templates import template_names
+    from layersched.schedule.templates import template_names
     from solvers import solver_names
 
     p = argparse.ArgumentParser(
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _is_user_error(exc: Exception) -> bool:
     from layersched.describe.config import SpecError
-    from layersched.templates import TemplateError
+    from layersched.schedule.templates import TemplateError
     from solvers import Deadlock, InvalidSchedule
 
     return isinstance(exc, SpecError | TemplateError | InvalidSchedule | Deadlock | ValueError)
@@ -149,7 +149,7 @@ def cmd_solve(args, console: Console) -> int:
     from layersched.describe.config import SpecError, load_problem
     from layersched.describe.stages import pipeline_from_spec
     from layersched.export import save_json, schedule_file
-    from layersched.solve import solve_pipeline
+    from layersched.schedule.solve import solve_pipeline
 
     spec = load_problem(args.problem)
     if args.pipeline is not None:
@@ -200,7 +200,7 @@ def cmd_solve(args, console: Console) -> int:
 def _load_checked(path: str):
     """Load a schedule file and validate it completely: timing, memory, and action lists."""
     from layersched.export import check_actions, load_schedule, to_problem
-    from layersched.metrics import schedule_metrics
+    from layersched.schedule.metrics import schedule_metrics
     from solvers import validate
 
     doc = load_schedule(path)
@@ -290,7 +290,7 @@ def cmd_schema(args, console: Console) -> int:
 
 
 def cmd_list(args, console: Console) -> int:
-    from layersched.templates import TEMPLATES
+    from layersched.schedule.templates import TEMPLATES
     from solvers import solver_names
 
     table = Table(title="pipeline templates (--schedule)")
@@ -384,7 +384,7 @@ def _grid(doc, width: int) -> str:
     midpoint ('.' when idle)."""
     import numpy as np
 
-    from layersched.graph import parse_action
+    from layersched.schedule.graph import parse_action
 
     span = max((t.start + t.duration for t in doc.tasks), default=1) or 1
     mid = (np.arange(width) + 0.5) * span / width

@@ -9,7 +9,7 @@ Example
 -------
 >>> from layersched.describe.config import ProblemSpec
 >>> from layersched.describe.stages import pipeline_from_spec
->>> from layersched.solve import solve_pipeline
+>>> from layersched.schedule.solve import solve_pipeline
 >>> sol = solve_pipeline(pipeline_from_spec(ProblemSpec.model_validate({"name": "t", "pipeline": {
 ...     "stages": 2, "microbatches": 2, "forward": 1, "backward_input": 1, "backward_weight": 1}})))
 >>> doc = schedule_file(sol)
@@ -32,7 +32,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from layersched.describe.config import SpecError, format_validation_error, read_data
-from layersched.graph import parse_action
+from layersched.schedule.graph import parse_action
 from solvers import UNLIMITED, Problem, Schedule
 
 FORMAT_VERSION = 1
@@ -89,7 +89,7 @@ class ScheduleFile(_Strict):
 
 
 def schedule_file(sol, source: str | None = None) -> ScheduleFile:
-    """The `ScheduleFile` of a `layersched.solve.Solution`."""
+    """The `ScheduleFile` of a `layersched.schedule.solve.Solution`."""
     prob, sched, g = sol.tasks.problem, sol.schedule, sol.tasks.graph
     names = prob.names
     R = sol.pipe.num_ranks

@@ -17,7 +17,7 @@ Assumptions, stated once:
   micro-batches in flight: ``P - p`` on stage ``p`` under 1F1B. PipeDream's weight stashing adds one
   stashed copy of the stage's weights per in-flight micro-batch beyond the newest.
 - **Checked by simulation.** `simulate` builds the stage-level `Pipeline`, schedules ``m`` and ``2 m``
-  micro-batches with a template, validates both through `layersched.solve`, and reads the steady state
+  micro-batches with a template, validates both through `layersched.schedule.solve`, and reads the steady state
   as the rate at which micro-batches enter the stages mid-run; it confirms the compute bottleneck (edges carry
   transfers as delays, so a link never limits throughput in the simulation).
 
@@ -155,7 +155,7 @@ class Plan:
 
 def simulate(plan: Plan, microbatches: int) -> dict:
     """Schedule ``microbatches`` and twice as many with the plan's template; both schedules are
-    validated (`layersched.solve.solve_pipeline`). Returns seconds per micro-batch in the steady state
+    validated (`layersched.schedule.solve.solve_pipeline`). Returns seconds per micro-batch in the steady state
     (``steady``: the rate at which the middle ``microbatches`` of the longer run enter each stage, the
     slowest stage's), per micro-batch of a flushed iteration of
     ``microbatches`` (``flushed``), and the simulated activation peak per rank (``peak_activations``).
@@ -173,7 +173,7 @@ def simulate(plan: Plan, microbatches: int) -> dict:
     >>> round(sim["steady"] * 1e3, 6), round(sim["flushed"] * 1e3, 6)
     (6.0, 7.5)
     """
-    from layersched.solve import solve_pipeline
+    from layersched.schedule.solve import solve_pipeline
 
     m = microbatches
     sols = [solve_pipeline(plan.pipeline(k), schedule=plan.schedule, objective="span") for k in (m, 2 * m)]

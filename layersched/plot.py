@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from layersched.graph import parse_action
+from layersched.schedule.graph import parse_action
 from solvers import memory_profile
 
 COLOURS = {"F": "#4C72B0", "B": "#DD8452", "I": "#C44E52", "W": "#55A868", "R": "#8172B3", "U": "#937860"}

@@ -1,15 +1,15 @@
 """Pipeline parallelism with out-of-order backprop: gradient fast-forwarding and modulo allocation.
 
 - GPipe (the baseline): the layers split into ``G`` contiguous stages of balanced cost, all forwards
-  then all (fused) backwards on each rank (`layersched.templates.gpipe`).
+  then all (fused) backwards on each rank (`layersched.schedule.templates.gpipe`).
 - Gradient fast-forwarding: the same stages; each stage sends its input gradient (``I``) before any
-  weight gradient and runs the ``W`` passes in its idle time (`layersched.templates.ooo`).
+  weight gradient and runs the ``W`` passes in its idle time (`layersched.schedule.templates.ooo`).
 - Modulo allocation with fast-forwarding: one stage per layer, transformer block ``i`` on rank
   ``i mod G`` (the embedding with block 0, the head with the last block), split backward, scheduled by
   memory-aware list scheduling with critical-path (upward rank) priorities, which runs the ``I``
   chain first and fills gaps with ``W``.
 
-All three are timed on `layersched.graph`'s task graph and validated; the iteration time is the
+All three are timed on `layersched.schedule.graph`'s task graph and validated; the iteration time is the
 largest per-rank span (objective ``span``, as for every pipeline schedule here). Transfers are edge
 delays: links are not a shared resource, so modulo allocation's many transfers cost only latency.
 
@@ -28,7 +28,7 @@ import numpy as np
 
 from layersched.describe.config import ProblemSpec
 from layersched.describe.stages import NS_PER_SECOND, Pipeline, optimizer_seconds, pipeline_from_spec
-from layersched.solve import Solution, solve_pipeline
+from layersched.schedule.solve import Solution, solve_pipeline
 
 
 def with_shape(spec: ProblemSpec, *, layers: int, ranks: int, microbatches: int) -> ProblemSpec:
@@ -95,8 +95,8 @@ def _modulo_capacity(spec: ProblemSpec, params: np.ndarray, ranks: list[int]) ->
 
 def solve_modulo(spec: ProblemSpec) -> Solution:
     """Modulo allocation with gradient fast-forwarding, list-scheduled and validated."""
-    from layersched.graph import build_graph, to_problem
-    from layersched.metrics import schedule_metrics
+    from layersched.schedule.graph import build_graph, to_problem
+    from layersched.schedule.metrics import schedule_metrics
     from solvers import solve
 
     pipe, ranks = modulo_pipeline(spec)

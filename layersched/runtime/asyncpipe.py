@@ -57,7 +57,7 @@ def one_f_one_b(num_stages: int, num_microbatches: int) -> list[list[str]]:
     """
     from layersched.describe.config import ProblemSpec
     from layersched.describe.stages import pipeline_from_spec
-    from layersched.solve import solve_pipeline
+    from layersched.schedule.solve import solve_pipeline
 
     fields = {
         "stages": num_stages,
@@ -73,7 +73,7 @@ def one_f_one_b(num_stages: int, num_microbatches: int) -> list[list[str]]:
 def version_lags(num_stages: int) -> list[int]:
     """Per stage, how many weight versions its forwards run behind in 1F1B without a flush, read off
     the ``1f1b`` template: ``max_i (i - number of the stage's backwards before its forward i)``."""
-    from layersched.graph import parse_action
+    from layersched.schedule.graph import parse_action
 
     lags = []
     for order in one_f_one_b(num_stages, 2 * num_stages + 1):

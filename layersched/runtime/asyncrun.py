@@ -6,7 +6,7 @@ point-to-point, every micro-batch a mini-batch, and each stage's weights updated
 mini-batch's backward (SGD with momentum, as ``torch.optim.SGD`` computes it).
 
 Schedule
-    Every rank runs its action list from the ``1f1b`` template (`layersched.templates`) over
+    Every rank runs its action list from the ``1f1b`` template (`layersched.schedule.templates`) over
     ``steps`` micro-batches, without a flush (see `rank_orders`): rank ``s`` of ``p`` starts with
     ``p - 1 - s`` warm-up forwards, then alternates one forward and one backward, each backward
     followed at once by the stage's update, and ends with the cool-down backwards. In ``sync`` mode
@@ -65,9 +65,9 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from layersched.graph import parse_action
 from layersched.runtime.asyncpipe import MODES, Task, _Stage, evaluate, one_f_one_b, teacher_student
 from layersched.runtime.launch import run_processes
+from layersched.schedule.graph import parse_action
 
 
 @dataclass

@@ -10,7 +10,7 @@ Example
 -------
 >>> from layersched.describe.config import ProblemSpec
 >>> from layersched.export import schedule_file
->>> from layersched.solve import solve_pipeline
+>>> from layersched.schedule.solve import solve_pipeline
 >>> from layersched.describe.stages import pipeline_from_spec
 >>> spec = ProblemSpec.model_validate({"name": "t", "pipeline": {"stages": 2, "microbatches": 2,
 ...     "forward": 1, "backward_input": 1, "backward_weight": 1}})

@@ -30,7 +30,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Literal
 
-from layersched.graph import parse_action
+from layersched.schedule.graph import parse_action
 
 
 class PlanError(ValueError):

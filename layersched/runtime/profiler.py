@@ -341,11 +341,11 @@ def measure_runtime(
     runs' measured iteration per schedule."""
     from layersched.describe.stages import pipeline_from_spec
     from layersched.export import schedule_file
-    from layersched.graph import parse_action
     from layersched.runtime.launch import launch_jobs
     from layersched.runtime.runner import RunConfig
     from layersched.runtime.trace import flight_times, trace_document
-    from layersched.solve import solve_pipeline
+    from layersched.schedule.graph import parse_action
+    from layersched.schedule.solve import solve_pipeline
 
     m = max(prof["num_microbatches"], 2)
     bare = {**prof, "device": {**prof["device"], "action_overhead": 0.0}}  # the layers' own times
@@ -404,7 +404,7 @@ def fit_overhead(prof: dict, overhead: dict[str, float], iterations: dict[str, f
     (89.0, 89.0)
     """
     from layersched.describe.stages import pipeline_from_spec
-    from layersched.solve import solve_pipeline
+    from layersched.schedule.solve import solve_pipeline
 
     m = max(prof["num_microbatches"], 2)
 

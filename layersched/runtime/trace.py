@@ -26,7 +26,7 @@ from pathlib import Path
 
 from layersched.describe.config import SpecError, read_data
 from layersched.export import write_text
-from layersched.graph import parse_action
+from layersched.schedule.graph import parse_action
 
 TRACE_FORMAT = "layersched-trace"
 SECONDS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}

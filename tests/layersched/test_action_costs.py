@@ -7,12 +7,12 @@ import pytest
 
 pytest.importorskip("torch")  # the profile format's reader lives beside the profiler
 
-from layersched.bounds import pipeline_bounds  # noqa: E402
 from layersched.describe.config import LayerSpec  # noqa: E402
 from layersched.describe.stages import pipeline_from_spec  # noqa: E402
 from layersched.runtime.profiler import problem_from_profile  # noqa: E402
-from layersched.solve import solve_pipeline  # noqa: E402
-from layersched.templates import _Timeline  # noqa: E402
+from layersched.schedule.bounds import pipeline_bounds  # noqa: E402
+from layersched.schedule.solve import solve_pipeline  # noqa: E402
+from layersched.schedule.templates import _Timeline  # noqa: E402
 
 US = 1e-6
 

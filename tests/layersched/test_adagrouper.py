@@ -19,8 +19,8 @@ from layersched.adagrouper import (
 from layersched.describe.config import ProblemSpec
 from layersched.describe.stages import pipeline_from_spec
 from layersched.network import constant, on_off
-from layersched.solve import solve_pipeline
-from layersched.templates import TemplateError
+from layersched.schedule.solve import solve_pipeline
+from layersched.schedule.templates import TemplateError
 from solvers import InvalidSchedule, validate
 
 

@@ -10,10 +10,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from layersched.graph import parse_action  # noqa: E402
 from layersched.runtime import asyncpipe, asyncrun  # noqa: E402
 from layersched.runtime.asyncpipe import MODES, teacher_student, version_lags, weight_memory  # noqa: E402
 from layersched.runtime.asyncrun import rank_orders, train_async, train_async_modes  # noqa: E402
+from layersched.schedule.graph import parse_action  # noqa: E402
 
 from .test_spectrain import plain_sgd  # noqa: E402
 

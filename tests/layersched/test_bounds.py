@@ -4,10 +4,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from layersched.bounds import pipeline_bounds
-from layersched.graph import build_graph, to_problem
-from layersched.solve import solve_pipeline, symmetry_chains
-from layersched.templates import TemplateError, template_names
+from layersched.schedule.bounds import pipeline_bounds
+from layersched.schedule.graph import build_graph, to_problem
+from layersched.schedule.solve import solve_pipeline, symmetry_chains
+from layersched.schedule.templates import TemplateError, template_names
 from solvers import Deadlock, InvalidSchedule, validate
 
 from .test_core_path import ZB_SETTINGS, stage_pipeline, zb_pipeline

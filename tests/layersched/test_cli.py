@@ -161,7 +161,7 @@ def test_validate_rejects_edited_file_naming_the_task(tmp_path):
 
 def test_import_layersched_loads_no_torch_and_solvers_loads_no_layersched():
     code = (
-        "import sys, layersched.cli, layersched.solve, layersched.export; "
+        "import sys, layersched.cli, layersched.schedule.solve, layersched.export; "
         "assert 'torch' not in sys.modules, 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)

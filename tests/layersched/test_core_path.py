@@ -18,9 +18,9 @@ from layersched.export import (
     to_problem,
     to_torch_csv,
 )
-from layersched.graph import build_graph, parse_action, placement
-from layersched.solve import solve_pipeline
-from layersched.templates import TemplateError, template_orders
+from layersched.schedule.graph import build_graph, parse_action, placement
+from layersched.schedule.solve import solve_pipeline
+from layersched.schedule.templates import TemplateError, template_orders
 from solvers import InvalidSchedule, validate
 
 DATA = Path(__file__).parent.parent / "data"

@@ -14,7 +14,7 @@ from layersched.network import (
     on_off,
     time_orders_under,
 )
-from layersched.solve import complete_orders, solve_pipeline
+from layersched.schedule.solve import complete_orders, solve_pipeline
 from solvers import time_orders, validate
 
 

@@ -17,7 +17,7 @@ from layersched.runtime.launch import launch_local  # noqa: E402
 from layersched.runtime.profiler import measure_runtime, problem_from_profile, profile, write_problem  # noqa: E402
 from layersched.runtime.runner import train_reference  # noqa: E402
 from layersched.runtime.trace import compare  # noqa: E402
-from layersched.solve import solve_pipeline  # noqa: E402
+from layersched.schedule.solve import solve_pipeline  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 MLP = f"{ROOT / 'examples' / 'models.py'}:mlp"

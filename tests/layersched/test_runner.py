@@ -19,7 +19,6 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from layersched.export import save_json, schedule_file  # noqa: E402
-from layersched.graph import parse_action  # noqa: E402
 from layersched.runtime import launch as launch_module  # noqa: E402
 from layersched.runtime.launch import RunFailed, launch_jobs, launch_local, run_processes  # noqa: E402
 from layersched.runtime.plan import PlanError, plan_schedule  # noqa: E402
@@ -27,8 +26,9 @@ from layersched.runtime.runner import RunConfig, clock_offset, train_reference  
 from layersched.runtime.torch_runtime import torch_supports  # noqa: E402
 from layersched.runtime.trace import compare, flight_times, trace_document  # noqa: E402
 from layersched.runtime.workload import load_workload  # noqa: E402
-from layersched.solve import solve_pipeline  # noqa: E402
-from layersched.templates import TEMPLATES, TemplateError, template_names  # noqa: E402
+from layersched.schedule.graph import parse_action  # noqa: E402
+from layersched.schedule.solve import solve_pipeline  # noqa: E402
+from layersched.schedule.templates import TEMPLATES, TemplateError, template_names  # noqa: E402
 
 from .test_runner_plan import stage_pipe  # noqa: E402
 

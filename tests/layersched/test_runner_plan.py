@@ -12,11 +12,11 @@ from dataclasses import replace
 import pytest
 
 from layersched.export import schedule_file
-from layersched.graph import parse_action
 from layersched.runtime.plan import PlanError, assign_layers, plan_actions, plan_schedule
 from layersched.runtime.trace import chrome_path, chrome_trace, compare, load_trace, write_trace
-from layersched.solve import solve_pipeline
-from layersched.templates import TEMPLATES, TemplateError, template_names
+from layersched.schedule.graph import parse_action
+from layersched.schedule.solve import solve_pipeline
+from layersched.schedule.templates import TEMPLATES, TemplateError, template_names
 
 from .test_core_path import stage_pipeline
 

@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from layersched.describe.stages import Pipeline
-from layersched.solve import fused_is_dominated, solve_best, solve_pipeline
+from layersched.schedule.solve import fused_is_dominated, solve_best, solve_pipeline
 from solvers import validate
 
 pytest.importorskip("ortools")

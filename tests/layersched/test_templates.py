@@ -8,8 +8,8 @@ import pytest
 
 from layersched.describe.config import ProblemSpec
 from layersched.describe.stages import pipeline_from_spec
-from layersched.solve import solve_pipeline
-from layersched.templates import TemplateError, get_template, template_names, template_orders
+from layersched.schedule.solve import solve_pipeline
+from layersched.schedule.templates import TemplateError, get_template, template_names, template_orders
 from solvers import InvalidSchedule
 
 S = 1024  # sequence length of Zero Bubble's settings

@@ -21,7 +21,7 @@ from layersched.runtime.plan import PlanError  # noqa: E402
 from layersched.runtime.runner import RunConfig, Stage, prepare, train_reference  # noqa: E402
 from layersched.runtime.workload import load_workload  # noqa: E402
 from layersched.runtime.wstream import SideStreamStage, side_linears  # noqa: E402
-from layersched.solve import solve_pipeline  # noqa: E402
+from layersched.schedule.solve import solve_pipeline  # noqa: E402
 
 from .test_core_path import stage_pipeline  # noqa: E402
 

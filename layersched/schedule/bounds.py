@@ -1,7 +1,7 @@
 """Memory-aware lower bounds for pipelines: forced idle time in warm-up and cool-down per rank.
 
 For a pipeline with one stage per rank (stage r on rank r), micro-batches may be taken in order on
-every stage without loss (see `layersched.solve.symmetry_chains`). On rank r:
+every stage without loss (see `layersched.schedule.solve.symmetry_chains`). On rank r:
 
 - **Warm-up.** From the start of ``F(r,0)`` to the start of ``I(r,0)`` lies at least the round trip
   ``F_r + sum_{s>r} (F_s + I_s) + 2 sum_{s>=r} c_s``. Nothing is freed before the first ``I``, so at

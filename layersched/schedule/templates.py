@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from layersched.describe.stages import Pipeline
-from layersched.graph import parse_action
+from layersched.schedule.graph import parse_action
 
 
 class TemplateError(ValueError):

@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from layersched.bounds import pipeline_bounds
 from layersched.describe.stages import Pipeline
-from layersched.graph import TaskGraph, build_graph, parse_action, placement, to_problem
-from layersched.metrics import schedule_metrics
-from layersched.templates import get_template, template_orders
+from layersched.schedule.bounds import pipeline_bounds
+from layersched.schedule.graph import TaskGraph, build_graph, parse_action, placement, to_problem
+from layersched.schedule.metrics import schedule_metrics
+from layersched.schedule.templates import get_template, template_orders
 from solvers import Result, Schedule, time_orders, validate
 
 
@@ -242,7 +242,7 @@ def solve_best(
 
     ``info["candidates"]`` records each candidate's objective (or why it did not apply), ``info
     ["searched"]`` the modes searched with their bounds and CP-SAT statuses."""
-    from layersched.templates import TemplateError, template_names
+    from layersched.schedule.templates import TemplateError, template_names
     from solvers import Deadlock, InvalidSchedule
 
     objective = objective or pipe.objective
