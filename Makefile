@@ -8,10 +8,12 @@ PROBLEM ?= problems/gpt3-1.3b-a100.yaml
 
 .PHONY: demo test test-all lint bench clean
 
+# pip's and setuptools' notices go to $(VENV)/install.log, which is printed only if the install fails
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	@echo "installing layersched and its dependencies into $(VENV) (log: $(VENV)/install.log)"
+	@{ $(PY) -m pip install --upgrade pip && $(PY) -m pip install -e '.[test]'; } > $(VENV)/install.log 2>&1 \
+		|| { cat $(VENV)/install.log; echo "install failed; the log above is $(VENV)/install.log"; exit 1; }
 	touch $@
 
 demo: $(VENV)/.installed
