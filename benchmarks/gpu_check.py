@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from layersched.describe.stages import Pipeline
-from layersched.export import schedule_file
+from layersched.formats.export import schedule_file
 from layersched.runtime.launch import launch_jobs
 from layersched.runtime.runner import RunConfig, train_reference
 from layersched.runtime.workload import load_workload

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from layersched.describe.config import ProblemSpec
 from layersched.describe.stages import pipeline_from_spec
-from layersched.export import schedule_file
+from layersched.formats.export import schedule_file
 from layersched.runtime.launch import launch_jobs
 from layersched.runtime.profiler import CALIBRATION_SCHEDULES, problem_from_profile, profile
 from layersched.runtime.runner import RunConfig

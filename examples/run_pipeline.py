@@ -15,7 +15,7 @@ https://ui.perfetto.dev to see the measured and the predicted timeline side by s
 from pathlib import Path
 
 from layersched.describe.stages import pipeline_from_spec
-from layersched.export import save_json, schedule_file
+from layersched.formats.export import save_json, schedule_file
 from layersched.runtime.launch import launch_local
 from layersched.runtime.profiler import problem_from_profile, profile
 from layersched.runtime.trace import compare

@@ -148,7 +148,7 @@ def _is_user_error(exc: Exception) -> bool:
 def cmd_solve(args, console: Console) -> int:
     from layersched.describe.config import SpecError, load_problem
     from layersched.describe.stages import pipeline_from_spec
-    from layersched.export import save_json, schedule_file
+    from layersched.formats.export import save_json, schedule_file
     from layersched.schedule.solve import solve_pipeline
 
     spec = load_problem(args.problem)
@@ -199,7 +199,7 @@ def cmd_solve(args, console: Console) -> int:
 
 def _load_checked(path: str):
     """Load a schedule file and validate it completely: timing, memory, and action lists."""
-    from layersched.export import check_actions, load_schedule, to_problem
+    from layersched.formats.export import check_actions, load_schedule, to_problem
     from layersched.schedule.metrics import schedule_metrics
     from solvers import validate
 
@@ -221,7 +221,7 @@ def cmd_show(args, console: Console) -> int:
     _summary(doc, console)
     print(_grid(doc, args.width))
     if args.plot:
-        from layersched.plot import plot_schedule
+        from layersched.formats.plot import plot_schedule
 
         plot_schedule(doc, args.plot)
         console.print(f"wrote {args.plot}")
@@ -248,7 +248,7 @@ def cmd_validate(args, console: Console) -> int:
 
 
 def cmd_export(args, console: Console) -> int:
-    from layersched.export import EXPORT_FORMATS, write_text
+    from layersched.formats.export import EXPORT_FORMATS, write_text
 
     doc, _ = _load_checked(args.schedule)
     fn, suffix = EXPORT_FORMATS[args.format]
@@ -261,7 +261,7 @@ def cmd_export(args, console: Console) -> int:
 def cmd_bench(args, console: Console) -> int:
     from rich.progress import Progress
 
-    from layersched import bench
+    from layersched.schedule.suite import run_bench
 
     with Progress(console=console, transient=True, disable=args.quiet) as bar:
         task = bar.add_task("bench", total=None)
@@ -269,7 +269,7 @@ def cmd_bench(args, console: Console) -> int:
         def progress(done: int, total: int, what: str) -> None:
             bar.update(task, completed=done, total=total, description=what)
 
-        result = bench.run_bench(
+        result = run_bench(
             args.suite,
             Path(args.out_dir),
             time_limit=args.time_limit,
@@ -277,13 +277,15 @@ def cmd_bench(args, console: Console) -> int:
             quick=args.quick,
             progress=progress,
         )
-    console.print(bench.rows_table(result))
+    from layersched.formats.report import rows_table
+
+    console.print(rows_table(result))
     console.print(f"wrote {', '.join(str(f) for f in result.files)}")
     return 0
 
 
 def cmd_schema(args, console: Console) -> int:
-    from layersched.export import schedule_json_schema
+    from layersched.formats.export import schedule_json_schema
 
     print(json.dumps(schedule_json_schema(), indent=1))
     return 0
@@ -305,7 +307,7 @@ def cmd_list(args, console: Console) -> int:
         "--solver best: every template above, list scheduling and CP-SAT seeded with the best of them, fused and "
         "split backward; keeps the fastest and reports a bound valid for all it searched"
     )
-    from layersched.bench import bundled_suites, experiment_names
+    from layersched.schedule.suite import bundled_suites, experiment_names
 
     console.print("benchmark suites (bench NAME): " + ", ".join(bundled_suites()))
     console.print("experiments (bench NAME): " + ", ".join(experiment_names()))

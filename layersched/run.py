@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args) -> int:
-    from layersched.export import load_schedule
+    from layersched.formats.export import load_schedule
     from layersched.runtime.runner import RunConfig
 
     doc = load_schedule(args.schedule)

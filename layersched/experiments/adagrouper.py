@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from layersched.adagrouper import GroupedWorkload, Plan, make_plans, simulate, speedup, total_time
-from layersched.bench import BenchResult, save_figure
+from layersched.formats.report import BenchResult, save_figure
 from layersched.network import BandwidthTrace, constant, markov_on_off, on_off
 
 KS = (1, 2, 4, 8)

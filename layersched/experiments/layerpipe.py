@@ -25,9 +25,9 @@ from pathlib import Path
 
 import numpy as np
 
-from layersched.bench import BenchResult, save_figure
 from layersched.describe.config import bundled_problems, load_problem
 from layersched.describe.partition import optimal_contiguous
+from layersched.formats.report import BenchResult, save_figure
 from layersched.layerpipe import plan_layerpipe, speedup
 from layersched.pipedream import pipedream_partition, plan_pipedream
 from layersched.pipeplan import Setting, simulate

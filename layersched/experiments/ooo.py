@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from layersched.bench import BenchResult, save_figure
 from layersched.describe.config import ClusterSpec, bundled_problems, load_problem, load_spec
+from layersched.formats.report import BenchResult, save_figure
 
 PROBLEMS = bundled_problems()
 MIB = 2**20

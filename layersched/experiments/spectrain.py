@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from layersched.bench import BenchResult, save_figure
+from layersched.formats.report import BenchResult, save_figure
 
 LR, MOMENTUM = 0.1, 0.9
 COLUMNS = (

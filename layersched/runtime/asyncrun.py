@@ -427,7 +427,7 @@ def main(argv: list[str] | None = None) -> int:
     """The command line: train, then print one row per mode."""
     from rich.console import Console
 
-    from layersched.bench import BenchResult, rows_table
+    from layersched.formats.report import BenchResult, rows_table
     from layersched.runtime.launch import RunFailed
 
     args = _parser().parse_args(argv)

@@ -9,7 +9,7 @@ others are stopped and a `RunFailed` names the rank and its error; when the run 
 Example
 -------
 >>> from layersched.describe.config import ProblemSpec
->>> from layersched.export import schedule_file
+>>> from layersched.formats.export import schedule_file
 >>> from layersched.schedule.solve import solve_pipeline
 >>> from layersched.describe.stages import pipeline_from_spec
 >>> spec = ProblemSpec.model_validate({"name": "t", "pipeline": {"stages": 2, "microbatches": 2,
@@ -183,7 +183,7 @@ def launch_local(
     of every rank. With ``trace``, write the trace files there (see `layersched.runtime.trace`);
     ``weight_stream``: see `RunConfig`."""
     if not hasattr(schedule, "pipeline"):
-        from layersched.export import load_schedule
+        from layersched.formats.export import load_schedule
 
         schedule = load_schedule(schedule)
     cfg = RunConfig(

@@ -94,7 +94,7 @@ class Plan:
 
 
 def plan_schedule(doc) -> Plan:
-    """The `Plan` of a `layersched.export.ScheduleFile`."""
+    """The `Plan` of a `layersched.formats.export.ScheduleFile`."""
     p = doc.pipeline
     if p.num_ranks != len(doc.actions):
         raise PlanError(f"actions: {len(doc.actions)} ranks listed, pipeline.num_ranks is {p.num_ranks}")

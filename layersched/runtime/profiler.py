@@ -340,7 +340,7 @@ def measure_runtime(
     count what a run of this runner costs beyond its layers; ``iterations`` holds the calibration
     runs' measured iteration per schedule."""
     from layersched.describe.stages import pipeline_from_spec
-    from layersched.export import schedule_file
+    from layersched.formats.export import schedule_file
     from layersched.runtime.launch import launch_jobs
     from layersched.runtime.runner import RunConfig
     from layersched.runtime.trace import flight_times, trace_document
@@ -523,6 +523,6 @@ def write_problem(spec: ProblemSpec, path) -> None:
     """Write ``spec`` as YAML, atomically."""
     import yaml
 
-    from layersched.export import write_text
+    from layersched.formats.export import write_text
 
     write_text(path, yaml.safe_dump(spec.model_dump(mode="json", exclude_none=True), sort_keys=False))

@@ -43,7 +43,7 @@ from layersched.runtime.workload import Workload, load_workload
 
 @dataclass(frozen=True)
 class RunConfig:
-    """What to run: a schedule (a `layersched.export.ScheduleFile`), a model builder and training
+    """What to run: a schedule (a `layersched.formats.export.ScheduleFile`), a model builder and training
     settings. ``runtime`` picks the executor: ours, or torch.distributed.pipelining's.
     ``weight_stream`` (ours only) computes the weight gradients of ``nn.Linear`` layers in ``W``
     on a side stream (`layersched.runtime.wstream`)."""

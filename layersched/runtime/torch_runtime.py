@@ -1,7 +1,7 @@
 """The same schedule through torch's own runtime: a second executor to check ours against.
 
 Each rank wraps its stages' layers in ``torch.distributed.pipelining.PipelineStage`` objects and
-loads the schedule's compute-only CSV (`layersched.export.to_torch_csv`) into
+loads the schedule's compute-only CSV (`layersched.formats.export.to_torch_csv`) into
 ``_PipelineScheduleRuntime``, which adds the sends and receives itself. Data-parallel replicas each
 run their own pipeline group; their gradients are averaged after the step, then the same SGD as
 ours is applied. Only whole steps are timed.
@@ -51,7 +51,7 @@ def run_torch_rank(cfg: RunConfig, prep: Prepared, rank: int, device: torch.devi
     from torch.distributed.pipelining import PipelineStage
     from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime
 
-    from layersched.export import to_torch_csv
+    from layersched.formats.export import to_torch_csv
 
     doc, plan = cfg.schedule, prep.plan
     R, D, M, S = plan.num_ranks, doc.pipeline.data_parallel, plan.num_microbatches, plan.num_stages

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from layersched.describe.config import SpecError, read_data
-from layersched.export import write_text
+from layersched.formats.export import write_text
 from layersched.schedule.graph import parse_action
 
 TRACE_FORMAT = "layersched-trace"
@@ -33,7 +33,7 @@ SECONDS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
 
 
 def trace_document(schedule, results, runtime: str = "layersched") -> dict:
-    """Our trace JSON from a `layersched.export.ScheduleFile` and the ranks' `RankResult`s."""
+    """Our trace JSON from a `layersched.formats.export.ScheduleFile` and the ranks' `RankResult`s."""
     p = schedule.pipeline
     return {
         "format": TRACE_FORMAT,
@@ -231,7 +231,7 @@ def compare(schedule, trace, skip_first: bool = True) -> Comparison:
     dict or its path) durations per action kind, over all compute actions, and per iteration. The
     first step is left out as warm-up when there are more."""
     if not hasattr(schedule, "tasks"):
-        from layersched.export import load_schedule
+        from layersched.formats.export import load_schedule
 
         schedule = load_schedule(schedule)
     if not isinstance(trace, dict):

@@ -101,7 +101,7 @@ def test_adaptive_tracks_slow_preemption_and_beats_1f1b():
 
 
 def test_bench_adagrouper_quick(tmp_path: Path):
-    from layersched.bench import run_bench
+    from layersched.schedule.suite import run_bench
 
     res = run_bench("adagrouper", tmp_path, quick=True)
     rows = {(r["trace"], r["method"]): r for r in res.rows}
@@ -146,7 +146,7 @@ MLP = str(Path(__file__).resolve().parents[2] / "examples" / "models.py") + ":ml
 
 def _kfkb_runs(ks, steps: int) -> list:
     """Run configurations of the 8-layer MLP on kFkB-``k`` schedules (2 ranks, 4 micro-batches)."""
-    from layersched.export import schedule_file
+    from layersched.formats.export import schedule_file
     from layersched.runtime.runner import RunConfig
 
     pipe = _pipe(m=4, p=2)

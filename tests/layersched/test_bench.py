@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from layersched.bench import run_suite
 from layersched.cli import main
 from layersched.describe.config import SpecError
-from layersched.export import load_schedule, to_problem
+from layersched.formats.export import load_schedule, to_problem
+from layersched.schedule.suite import run_suite
 from solvers import validate
 
 DATA = Path(__file__).parent.parent / "data"

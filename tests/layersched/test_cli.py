@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from layersched.cli import main
-from layersched.export import load_schedule, to_problem
+from layersched.formats.export import load_schedule, to_problem
 from solvers import validate
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,7 +70,7 @@ def test_plot_axes_use_the_summarys_units(tmp_path, monkeypatch):
     """Gantt and memory axes in ms and GiB (as the summary prints them), not raw ns and bytes."""
     import matplotlib.figure
 
-    from layersched.plot import plot_schedule
+    from layersched.formats.plot import plot_schedule
 
     out = tmp_path / "s.json"
     assert main(["solve", "problems/gpt3-1.3b-a100.yaml", "--out", str(out), "--quiet"]) == 0
@@ -161,7 +161,7 @@ def test_validate_rejects_edited_file_naming_the_task(tmp_path):
 
 def test_import_layersched_loads_no_torch_and_solvers_loads_no_layersched():
     code = (
-        "import sys, layersched.cli, layersched.schedule.solve, layersched.export; "
+        "import sys, layersched.cli, layersched.schedule.solve, layersched.formats.export; "
         "assert 'torch' not in sys.modules, 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
@@ -187,7 +187,7 @@ def test_built_wheel_works_outside_the_checkout(tmp_path):
 
     names = zipfile.ZipFile(wheel).namelist()
     assert any(n.startswith("solvers/") for n in names) and any(n.startswith("layersched/") for n in names)
-    assert "layersched/schema/schedule.schema.json" in names
+    assert "layersched/formats/schema/schedule.schema.json" in names
     # every package of the checkout ships (they are named one by one in pyproject.toml)
     for init in [*ROOT.glob("layersched/**/__init__.py"), *ROOT.glob("solvers/**/__init__.py")]:
         assert str(init.relative_to(ROOT)) in names, f"{init.parent.name} is missing from the wheel"

@@ -8,7 +8,7 @@ import pytest
 
 from layersched.describe.config import ProblemSpec, SpecError, load_problem
 from layersched.describe.stages import pipeline_from_spec
-from layersched.export import (
+from layersched.formats.export import (
     SCHEMA_PATH,
     check_actions,
     load_schedule,

@@ -137,7 +137,7 @@ def test_partition_command(capsys):
 
 
 def test_experiment_quick(tmp_path):
-    from layersched.bench import run_bench
+    from layersched.schedule.suite import run_bench
 
     result = run_bench("layerpipe", tmp_path, quick=True)
     rows = [r for r in result.rows if "pd_ms" in r]

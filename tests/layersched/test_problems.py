@@ -176,7 +176,7 @@ def test_zero_bubble_settings(name):
 
 @pytest.mark.parametrize("path", SUITE_FILES, ids=rel)
 def test_suite_files_name_existing_problems_and_methods(path):
-    from layersched.bench import SuiteSpec, check_methods
+    from layersched.schedule.suite import SuiteSpec, check_methods
 
     suite = load_spec(path, SuiteSpec)
     for prob in suite.problems:

@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 from layersched.cli import main  # noqa: E402
 from layersched.describe.config import LayerSpec, load_problem  # noqa: E402
 from layersched.describe.stages import pipeline_from_spec  # noqa: E402
-from layersched.export import load_schedule  # noqa: E402
+from layersched.formats.export import load_schedule  # noqa: E402
 from layersched.runtime.launch import launch_local  # noqa: E402
 from layersched.runtime.profiler import measure_runtime, problem_from_profile, profile, write_problem  # noqa: E402
 from layersched.runtime.runner import train_reference  # noqa: E402

@@ -18,7 +18,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from layersched.export import save_json, schedule_file  # noqa: E402
+from layersched.formats.export import save_json, schedule_file  # noqa: E402
 from layersched.runtime import launch as launch_module  # noqa: E402
 from layersched.runtime.launch import RunFailed, launch_jobs, launch_local, run_processes  # noqa: E402
 from layersched.runtime.plan import PlanError, plan_schedule  # noqa: E402

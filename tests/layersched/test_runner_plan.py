@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import pytest
 
-from layersched.export import schedule_file
+from layersched.formats.export import schedule_file
 from layersched.runtime.plan import PlanError, assign_layers, plan_actions, plan_schedule
 from layersched.runtime.trace import chrome_path, chrome_trace, compare, load_trace, write_trace
 from layersched.schedule.graph import parse_action

@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 
 from torch import nn  # noqa: E402
 
-from layersched.export import schedule_file  # noqa: E402
+from layersched.formats.export import schedule_file  # noqa: E402
 from layersched.run import parser  # noqa: E402
 from layersched.runtime.launch import launch_jobs  # noqa: E402
 from layersched.runtime.plan import PlanError  # noqa: E402

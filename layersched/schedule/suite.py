@@ -21,11 +21,9 @@ Example suite
 
 from __future__ import annotations
 
-import csv
 import importlib
-import io
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -33,16 +31,6 @@ from pydantic import Field
 
 from layersched.describe.config import ProblemSpec, SpecError, Strict, bundled_problems, load_problem, load_spec
 from layersched.describe.stages import pipeline_from_spec
-
-
-@dataclass
-class BenchResult:
-    """Rows of a benchmark, the columns to show (in order) and the files written."""
-
-    title: str
-    rows: list[dict]
-    columns: tuple[str, ...]
-    files: list[Path] = field(default_factory=list)
 
 
 def run_bench(
@@ -53,9 +41,10 @@ def run_bench(
     methods: list[str] | None = None,
     quick: bool = False,
     progress=None,
-) -> BenchResult:
+) -> BenchResult:  # noqa: F821
     """Run the experiment or suite called ``name``; write its CSV (and plot) under ``out_dir``."""
-    from layersched.export import write_text
+    from layersched.formats.export import write_text
+    from layersched.formats.report import BenchResult, plot_rows, rows_to_csv
 
     if name in experiment_names():
         module = f"layersched.experiments.{name.replace('-', '_')}"
@@ -71,37 +60,6 @@ def run_bench(
     write_text(csv_path, rows_to_csv(result.rows, result.columns))
     result.files.insert(0, csv_path)
     return result
-
-
-def rows_table(result: BenchResult):
-    """A rich table of the rows: rates with 4 decimals, gaps as percentages, long text cut."""
-    from rich.table import Table
-
-    table = Table(title=result.title)
-    for c in result.columns:
-        text = c in ("problem", "method", "status", "model", "schedule")
-        table.add_column(
-            c.replace("_", " "),
-            justify="left" if text else "right",
-            no_wrap=True,
-            max_width=48 if c == "status" else None,
-            overflow="ellipsis",
-        )
-    for r in result.rows:
-        table.add_row(*(_cell(c, r.get(c)) for c in result.columns))
-    return table
-
-
-def _cell(column: str, v) -> str:
-    if v is None:
-        return ""
-    if isinstance(v, float) and ("rate" in column or column == "published"):
-        return f"{v:.4f}"
-    if isinstance(v, float) and column == "gap":
-        return f"{v:.2%}"
-    if isinstance(v, float):
-        return f"{v:.4g}"
-    return str(v)
 
 
 COLUMNS = (
@@ -240,63 +198,3 @@ def run_suite(
     return rows
 
 
-def rows_to_csv(rows: list[dict], columns: tuple[str, ...] | None = None) -> str:
-    columns = columns or COLUMNS
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n", extrasaction="ignore")
-    w.writeheader()
-    for r in rows:
-        w.writerow({c: r.get(c) for c in columns})
-    return buf.getvalue()
-
-
-def plot_rows(rows: list[dict], path: Path, title: str) -> None:
-    """Bubble rate per method, grouped by problem and memory limit (published values as markers)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    groups = list(dict.fromkeys((r["problem"], r["memory"]) for r in rows))
-    methods = list(dict.fromkeys(r["method"] for r in rows))
-    width = 0.8 / max(len(methods), 1)
-    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(groups) * max(1, len(methods)) * 0.35 + 3), 4))
-    for j, method in enumerate(methods):
-        vals = [
-            next(
-                (r.get("bubble_rate") for r in rows if (r["problem"], r["memory"]) == g and r["method"] == method), None
-            )
-            for g in groups
-        ]
-        x = np.arange(len(groups)) + j * width
-        ax.bar(x, [v if v is not None else 0 for v in vals], width, label=method)
-    pub = [
-        next(
-            (r["published"] for r in rows if (r["problem"], r["memory"]) == g and r.get("published") is not None), None
-        )
-        for g in groups
-    ]
-    if any(p is not None for p in pub):
-        xs = [i + 0.4 - width / 2 for i, p in enumerate(pub) if p is not None]
-        ax.scatter(xs, [p for p in pub if p is not None], marker="_", s=600, color="black", label="published", zorder=3)
-    ax.set_xticks(np.arange(len(groups)) + 0.4 - width / 2, [f"{p}\n{m}" for p, m in groups], fontsize=8)
-    ax.set_ylabel("bubble rate")
-    ax.set_title(title)
-    ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    save_figure(fig, path)
-
-
-def save_figure(fig, path: Path) -> None:
-    """Write a matplotlib figure to ``path`` (format from its suffix, PNG by default) atomically, and
-    close it."""
-    import matplotlib.pyplot as plt
-
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        fig.savefig(tmp, format=path.suffix.lstrip(".") or "png")
-        tmp.replace(path)
-    finally:
-        plt.close(fig)
-        tmp.unlink(missing_ok=True)

@@ -3,7 +3,7 @@
 The JSON carries the whole task problem (durations, processors, edges with delays, memory deltas,
 capacities), the timed tasks, each rank's action list (what the runner executes) and the metrics,
 so `layersched validate` can check it with nothing else at hand. Its JSON Schema is generated from
-`ScheduleFile` and shipped as ``layersched/schema/schedule.schema.json``.
+`ScheduleFile` and shipped as ``layersched/formats/schema/schedule.schema.json``.
 
 Example
 -------

@@ -5,7 +5,7 @@ idle time is the white between them. Written as SVG, or PNG when the path ends i
 
 Example
 -------
->>> from layersched.export import load_schedule           # doctest: +SKIP
+>>> from layersched.formats.export import load_schedule           # doctest: +SKIP
 >>> plot_schedule(load_schedule("schedule.json"), "schedule.svg")  # doctest: +SKIP
 """
 
@@ -31,13 +31,13 @@ LABELS = {
 
 
 def plot_schedule(doc, path: str | Path, title: str | None = None) -> Path:
-    """Draw ``doc`` (a `layersched.export.ScheduleFile`) to ``path`` (.svg or .png); returns the path."""
+    """Draw ``doc`` (a `layersched.formats.export.ScheduleFile`) to ``path`` (.svg or .png); returns the path."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from layersched.export import to_problem, write_text
+    from layersched.formats.export import to_problem, write_text
 
     problem, schedule = to_problem(doc)
     P, R = problem.num_processors, doc.pipeline.num_ranks
