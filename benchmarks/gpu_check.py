@@ -21,6 +21,7 @@ import torch
 
 from layersched.describe.stages import Pipeline
 from layersched.formats.export import schedule_file
+from layersched.methods.ooo.wstream import SideStreamStage
 from layersched.runtime.launch import launch_jobs
 from layersched.runtime.runner import RunConfig, train_reference
 from layersched.runtime.workload import load_workload
@@ -58,7 +59,7 @@ def jobs(ranks: int, steps: int) -> list[tuple[str, RunConfig]]:
             cfg = RunConfig(doc, spec, steps=steps, lr=LR, momentum=MOMENTUM)
             out.append((f"{name} {model}", cfg))
             if TEMPLATES[name].split_backward:
-                out.append((f"{name} {model} +wstream", replace(cfg, weight_stream=True)))
+                out.append((f"{name} {model} +wstream", replace(cfg, stage_factory=SideStreamStage)))
     return out
 
 

@@ -47,9 +47,9 @@ def cmd_partition(args, console) -> int:
     from rich.table import Table
 
     from layersched.describe.config import SpecError, load_problem
-    from layersched.layerpipe import plan_layerpipe
-    from layersched.pipedream import plan_pipedream
-    from layersched.pipeplan import Setting
+    from layersched.methods.layerpipe.layerpipe import plan_layerpipe
+    from layersched.methods.layerpipe.pipedream import plan_pipedream
+    from layersched.methods.layerpipe.pipeplan import Setting
 
     spec = load_problem(args.problem)
     setting = Setting.from_spec(spec, args.problem)

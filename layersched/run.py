@@ -96,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args) -> int:
     from layersched.formats.export import load_schedule
+    from layersched.methods.ooo.wstream import weight_stream_stage
     from layersched.runtime.runner import RunConfig
 
     doc = load_schedule(args.schedule)
@@ -108,7 +109,7 @@ def _run(args) -> int:
         momentum=args.momentum,
         model_options=options,
         runtime=args.runtime,
-        weight_stream=args.weight_stream,
+        stage_factory=weight_stream_stage() if args.weight_stream else None,
     )
     if "RANK" in os.environ:
         results = _run_torchrun(cfg, args)
@@ -148,8 +149,8 @@ def _run_torchrun(cfg, args):
     import torch
     import torch.distributed as dist
 
-    from layersched.runtime.launch import init_group, pick_device
-    from layersched.runtime.runner import prepare, run_rank
+    from layersched.runtime.launch import init_group, pick_device, run_rank
+    from layersched.runtime.runner import prepare
 
     torch.set_num_threads(args.threads)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])

@@ -32,7 +32,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from layersched.runtime.runner import Prepared, RankResult, RunConfig, prepare, run_rank
+from layersched.runtime.runner import Executor, Prepared, RankResult, RunConfig, prepare
 
 
 class RunFailed(RuntimeError):
@@ -174,14 +174,14 @@ def launch_local(
     model_options: dict | None = None,
     runtime: str = "layersched",
     trace: str | Path | None = None,
-    weight_stream: bool = False,
+    stage_factory: type | None = None,
     timeout: float = 120.0,
     device: str = "cpu",
     threads: int = 1,
 ) -> list[RankResult]:
     """Run ``schedule`` (a `ScheduleFile` or its path) on ``model`` in local processes; the result
     of every rank. With ``trace``, write the trace files there (see `layersched.runtime.trace`);
-    ``weight_stream``: see `RunConfig`."""
+    ``stage_factory``: see `RunConfig`."""
     if not hasattr(schedule, "pipeline"):
         from layersched.formats.export import load_schedule
 
@@ -194,7 +194,7 @@ def launch_local(
         momentum=momentum,
         model_options=model_options or {},
         runtime=runtime,  # type: ignore[arg-type]
-        weight_stream=weight_stream,
+        stage_factory=stage_factory,
     )
     if world_size is not None and world_size != cfg.world_size:
         prepare(cfg, world_size)  # raises the one-line mismatch error
@@ -204,3 +204,13 @@ def launch_local(
 
         write_trace(trace, trace_document(schedule, results, runtime), schedule)
     return results
+
+
+def run_rank(cfg: RunConfig, prep: Prepared, rank: int, device: torch.device) -> RankResult:
+    """Run ``cfg`` as global ``rank`` in an initialised default process group, with the executor
+    that ``cfg.runtime`` names: ours (`layersched.runtime.runner.Executor`) or torch's."""
+    if cfg.runtime == "torch":
+        from layersched.runtime.torch_runtime import run_torch_rank
+
+        return run_torch_rank(cfg, prep, rank, device)
+    return Executor(cfg, prep, rank, device).run()

@@ -5,8 +5,9 @@ backward splits cleanly: ``I`` computes, layer by layer from the last, the gradi
 input (``torch.autograd.backward(..., inputs=[input], retain_graph=True)``) and sends the stage's
 input gradient on; ``W`` then computes each layer's weight gradients from the retained graph and
 the saved output gradients; ``B`` does both in one pass. The profiler times layers the same way.
-With ``RunConfig.weight_stream``, ``W`` computes the ``nn.Linear`` weight gradients itself on a
-side stream (`layersched.runtime.wstream.SideStreamStage`); the executor makes the current stream
+With ``RunConfig.stage_factory`` set to the out-of-order method's side-stream stage
+(`layersched.methods.ooo.wstream.SideStreamStage`), ``W`` computes the ``nn.Linear`` weight gradients
+itself on a side stream; the executor makes the current stream
 wait for them (``Stage.sync``) before a gradient all-reduce and the optimizer step.
 
 Transfers follow the `layersched.runtime.plan.Plan`: receives are posted early (``irecv``), sends
@@ -45,8 +46,11 @@ from layersched.runtime.workload import Workload, load_workload
 class RunConfig:
     """What to run: a schedule (a `layersched.formats.export.ScheduleFile`), a model builder and training
     settings. ``runtime`` picks the executor: ours, or torch.distributed.pipelining's.
-    ``weight_stream`` (ours only) computes the weight gradients of ``nn.Linear`` layers in ``W``
-    on a side stream (`layersched.runtime.wstream`)."""
+    ``stage_factory`` (ours only) is a method's hook: the `Stage` subclass each rank builds, called
+    like `Stage` (None: `Stage`). Its class attribute ``option``, where it has one, names the option
+    that chose it in messages. For example `layersched.methods.ooo.wstream.SideStreamStage`
+    (``--weight-stream``) computes the weight gradients of ``nn.Linear`` layers in ``W`` on a side
+    stream. The runtime imports no method: the method hands its class in here."""
 
     schedule: object
     model: str
@@ -56,7 +60,7 @@ class RunConfig:
     model_options: dict = field(default_factory=dict)
     runtime: Literal["layersched", "torch"] = "layersched"
     trace: bool = True
-    weight_stream: bool = False
+    stage_factory: type | None = None
 
     @property
     def world_size(self) -> int:
@@ -102,9 +106,10 @@ def prepare(cfg: RunConfig, world_size: int) -> Prepared:
             f"{p.data_parallel} data-parallel replicas = {cfg.world_size}; "
             f"start {cfg.world_size}"
         )
-    if cfg.weight_stream and cfg.runtime != "layersched":
+    if cfg.stage_factory is not None and cfg.runtime != "layersched":
+        what = getattr(cfg.stage_factory, "option", cfg.stage_factory.__name__)
         raise PlanError(
-            f"weight_stream needs runtime 'layersched', not {cfg.runtime!r} (torch's executor runs its own "
+            f"{what} needs runtime 'layersched', not {cfg.runtime!r} (torch's executor runs its own "
             "backward); drop one of them"
         )
     workload = load_workload(cfg.model, **cfg.model_options)
@@ -227,7 +232,7 @@ class Stage:
 
     def sync(self) -> None:
         """Nothing to wait for: every action runs on the current stream (see
-        `layersched.runtime.wstream.SideStreamStage.sync`)."""
+        `layersched.methods.ooo.wstream.SideStreamStage.sync`)."""
 
 
 class Timer:
@@ -377,9 +382,7 @@ class Executor:
                 else:  # another rank's layer: only its shapes matter here
                     meta.append(modules[name].to("meta"))
         self.meta_stages = _split(meta, [len(n) for n in prep.stage_layers])
-        stage_type = Stage
-        if cfg.weight_stream:
-            from layersched.runtime.wstream import SideStreamStage as stage_type
+        stage_type = cfg.stage_factory or Stage
         for s in sorted(mine):
             layers = [(n, modules[n]) for n in prep.stage_layers[s]]
             self.stages[s] = stage_type(s, layers, s == 0, s == self.S - 1)
@@ -549,12 +552,3 @@ def _split(items: list, sizes: list[int]) -> list[list]:
         out.append(items[k : k + n])
         k += n
     return out
-
-
-def run_rank(cfg: RunConfig, prep: Prepared, rank: int, device: torch.device) -> RankResult:
-    """Run ``cfg`` as global ``rank`` in an initialised default process group."""
-    if cfg.runtime == "torch":
-        from layersched.runtime.torch_runtime import run_torch_rank
-
-        return run_torch_rank(cfg, prep, rank, device)
-    return Executor(cfg, prep, rank, device).run()

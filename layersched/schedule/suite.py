@@ -47,7 +47,7 @@ def run_bench(
     from layersched.formats.report import BenchResult, plot_rows, rows_to_csv
 
     if name in experiment_names():
-        module = f"layersched.experiments.{name.replace('-', '_')}"
+        module = f"layersched.methods.{name.replace('-', '_')}.experiment"
         result = importlib.import_module(module).run(out_dir, quick=quick, progress=progress)
     else:
         path = find_suite(name)
@@ -118,12 +118,17 @@ def bundled_suites() -> dict[str, Path]:
 
 
 def experiment_names() -> list[str]:
-    """The experiments ``bench NAME`` runs (modules of ``layersched.experiments``)."""
+    """The experiments ``bench NAME`` runs: each method package's ``experiment`` module."""
+    import importlib.util
     import pkgutil
 
-    import layersched.experiments as ex
+    import layersched.methods as methods
 
-    return sorted(m.name.replace("_", "-") for m in pkgutil.iter_modules(ex.__path__) if not m.name.startswith("_"))
+    return sorted(
+        m.name.replace("_", "-")
+        for m in pkgutil.iter_modules(methods.__path__)
+        if m.ispkg and importlib.util.find_spec(f"layersched.methods.{m.name}.experiment")
+    )
 
 
 def _is_template(name: str) -> bool:

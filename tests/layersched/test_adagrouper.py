@@ -4,7 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from layersched.adagrouper import (
+from layersched.describe.config import ProblemSpec
+from layersched.describe.stages import pipeline_from_spec
+from layersched.methods.adagrouper.adagrouper import (
     AdaptiveController,
     GroupedWorkload,
     StepTimeController,
@@ -16,9 +18,7 @@ from layersched.adagrouper import (
     simulate,
     total_time,
 )
-from layersched.describe.config import ProblemSpec
-from layersched.describe.stages import pipeline_from_spec
-from layersched.network import constant, on_off
+from layersched.methods.adagrouper.network import constant, on_off
 from layersched.schedule.solve import solve_pipeline
 from layersched.schedule.templates import TemplateError
 from solvers import InvalidSchedule, validate
@@ -158,8 +158,8 @@ def _kfkb_runs(ks, steps: int) -> list:
 
 def test_runner_feeds_transfer_timings_to_the_controller():
     torch = pytest.importorskip("torch")
+    from layersched.methods.adagrouper.switching import launch_switching
     from layersched.runtime.runner import train_reference
-    from layersched.runtime.switching import launch_switching
 
     cfgs = _kfkb_runs((1, 2), steps=3)
     ctl = TransferTimeController(make_plans(GroupedWorkload(num_stages=2, global_batch=32, capacity=16), [1, 2]))
@@ -175,8 +175,8 @@ def test_runner_feeds_transfer_timings_to_the_controller():
 @pytest.mark.slow
 def test_runner_switches_plans_between_iterations_and_matches_the_reference():
     torch = pytest.importorskip("torch")
+    from layersched.methods.adagrouper.switching import FixedSequence, launch_switching
     from layersched.runtime.runner import train_reference
-    from layersched.runtime.switching import FixedSequence, launch_switching
 
     cfgs = _kfkb_runs((1, 2, 4), steps=4)
     res = launch_switching(cfgs, FixedSequence([0, 1, 2, 0]))

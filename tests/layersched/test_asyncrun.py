@@ -1,4 +1,4 @@
-"""Asynchronous pipeline training in real processes (`layersched.runtime.asyncrun`).
+"""Asynchronous pipeline training in real processes (`layersched.methods.spectrain.asyncrun`).
 
 One launch of 4 ranks runs every mode in turn; each must reproduce the single-process emulation
 `asyncpipe.train`, whose weight versions are computed by index, from versions that arise from the
@@ -10,9 +10,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from layersched.runtime import asyncpipe, asyncrun  # noqa: E402
-from layersched.runtime.asyncpipe import MODES, teacher_student, version_lags, weight_memory  # noqa: E402
-from layersched.runtime.asyncrun import rank_orders, train_async, train_async_modes  # noqa: E402
+from layersched.methods.spectrain.asyncpipe import MODES, teacher_student, version_lags, weight_memory  # noqa: E402
+from layersched.methods.spectrain.asyncrun import rank_orders, train_async, train_async_modes  # noqa: E402
+from layersched.methods.spectrain import asyncpipe, asyncrun  # noqa: E402
 from layersched.schedule.graph import parse_action  # noqa: E402
 
 from .test_spectrain import plain_sgd  # noqa: E402

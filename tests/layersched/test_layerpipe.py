@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 from layersched.cli import main
 from layersched.describe.config import LayerSpec, LinkSpec, load_problem
 from layersched.describe.partition import optimal_contiguous
-from layersched.layerpipe import plan_layerpipe
-from layersched.pipedream import pipedream_partition, plan_pipedream
-from layersched.pipeplan import Setting, in_flight, simulate
+from layersched.methods.layerpipe.layerpipe import plan_layerpipe
+from layersched.methods.layerpipe.pipedream import pipedream_partition, plan_pipedream
+from layersched.methods.layerpipe.pipeplan import Setting, in_flight, simulate
 
 ROOT = Path(__file__).resolve().parents[2]
 FAST_LINK = LinkSpec(bandwidth=1e30)

@@ -5,7 +5,7 @@ import pytest
 
 from layersched.describe.config import ProblemSpec
 from layersched.describe.stages import pipeline_from_spec
-from layersched.network import (
+from layersched.methods.adagrouper.network import (
     BandwidthTrace,
     constant,
     from_samples,

@@ -8,9 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from layersched.describe.config import load_problem
-from layersched.ooo import dataparallel as dp
-from layersched.ooo import multistream as ms
-from layersched.ooo import pipeline as pp
+from layersched.methods.ooo import dataparallel as dp
+from layersched.methods.ooo import multistream as ms
+from layersched.methods.ooo import pipeline as pp
 from solvers import validate
 
 PROBLEMS = Path(__file__).resolve().parents[2] / "problems"

@@ -5,8 +5,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from layersched.ooo import dataparallel as dp  # noqa: E402
-from layersched.runtime.dp_order import check_order, train_data_parallel  # noqa: E402
+from layersched.methods.ooo import dataparallel as dp  # noqa: E402
+from layersched.methods.ooo.dp_order import check_order, train_data_parallel  # noqa: E402
 from layersched.runtime.runner import train_reference  # noqa: E402
 
 MODEL = "examples/models.py:mlp"

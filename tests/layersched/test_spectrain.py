@@ -6,7 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from layersched.runtime.asyncpipe import (  # noqa: E402
+from layersched.methods.spectrain.asyncpipe import (  # noqa: E402
     MODES,
     Task,
     teacher_student,
@@ -40,7 +40,7 @@ def plain_sgd(task: Task, steps: int, lr: float, momentum: float) -> tuple[torch
 
 def _final_weights(task, mode, steps, **kw):
     """Train and return the final weights (by re-running evaluate's view of the stages)."""
-    import layersched.runtime.asyncpipe as ap
+    import layersched.methods.spectrain.asyncpipe as ap
 
     seen = {}
     orig = ap.evaluate

@@ -15,12 +15,12 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 from layersched.formats.export import schedule_file  # noqa: E402
+from layersched.methods.ooo.wstream import SideStreamStage, side_linears  # noqa: E402
 from layersched.run import parser  # noqa: E402
 from layersched.runtime.launch import launch_jobs  # noqa: E402
 from layersched.runtime.plan import PlanError  # noqa: E402
 from layersched.runtime.runner import RunConfig, Stage, prepare, train_reference  # noqa: E402
 from layersched.runtime.workload import load_workload  # noqa: E402
-from layersched.runtime.wstream import SideStreamStage, side_linears  # noqa: E402
 from layersched.schedule.solve import solve_pipeline  # noqa: E402
 
 from .test_core_path import stage_pipeline  # noqa: E402
@@ -210,7 +210,7 @@ def test_weight_stream_config_and_flag():
         )
     )
     with pytest.raises(PlanError, match="^weight_stream needs runtime 'layersched', not 'torch'"):
-        prepare(RunConfig(doc, MLP, runtime="torch", weight_stream=True), 2)
+        prepare(RunConfig(doc, MLP, runtime="torch", stage_factory=SideStreamStage), 2)
     args = ["s.json", "--model", MLP]
     assert parser().parse_args([*args, "--weight-stream"]).weight_stream
     assert not parser().parse_args(args).weight_stream
@@ -233,7 +233,7 @@ def test_run_with_weight_stream_equals_single_process_reference():
     dp_doc = schedule_file(solve_pipeline(replace(one, data_parallel=2), schedule="1f1b-split"))
     assert any(a[1] == "W" for a in gpt_doc.actions[0]) and any(a[1] == "W" for a in dp_doc.actions[0])
     jobs = [
-        RunConfig(doc, model, steps=STEPS, lr=LR, momentum=MOMENTUM, weight_stream=True)
+        RunConfig(doc, model, steps=STEPS, lr=LR, momentum=MOMENTUM, stage_factory=SideStreamStage)
         for doc, model in ((gpt_doc, GPT), (dp_doc, MLP))
     ]
     for job, results in zip(jobs, launch_jobs(jobs, timeout=300), strict=True):

@@ -10,7 +10,7 @@ and ``W`` once, and each after the output gradient it needs.
 
 Example
 -------
->>> from layersched.ooo.dataparallel import reverse_first_k
+>>> from layersched.methods.ooo.dataparallel import reverse_first_k
 >>> check_order(reverse_first_k(3, 2), 3)
 >>> check_order([("W", 0), ("I", 1), ("I", 0), ("W", 1)], 2)
 Traceback (most recent call last):

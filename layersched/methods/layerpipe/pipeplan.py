@@ -1,9 +1,9 @@
 """Asynchronous and synchronous pipelines planned from a model's layers: items, stages, steady state.
 
-Shared by PipeDream (`layersched.pipedream`) and LayerPipe (`layersched.layerpipe`). A model is a
-chain of *items*: whole layers (``granularity="layer"``) or their sub-layers (``"sublayer"``, the
-leaves of `LayerSpec.leaves`). A plan assigns contiguous runs of items to ``P`` processors, one stage
-each, and prices them.
+Shared by PipeDream (`layersched.methods.layerpipe.pipedream`) and LayerPipe
+(`layersched.methods.layerpipe.layerpipe`). A model is a chain of *items*: whole layers
+(``granularity="layer"``) or their sub-layers (``"sublayer"``, the leaves of `LayerSpec.leaves`).
+A plan assigns contiguous runs of items to ``P`` processors, one stage each, and prices them.
 
 Assumptions, stated once:
 

@@ -10,7 +10,7 @@ With a fast network 1F1B with the largest micro-batch wins; when the network is 
 validated kFkB schedule; `AdaptiveController` re-estimates the bandwidth every ``interval``
 iterations (from the transfer timings of the last iterations) and switches to the plan whose predicted
 iteration time is least; `simulate` runs fixed plans or the controller under a `BandwidthTrace`. In a
-real run (`layersched.runtime.switching`) `TransferTimeController` does the same from the runner's
+real run (`layersched.methods.adagrouper.switching`) `TransferTimeController` does the same from the runner's
 measured transfer timings, and `StepTimeController` from step times alone.
 
 Example
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from layersched.describe.stages import Pipeline
-from layersched.network import BandwidthTrace, TracedRun, constant, time_orders_under
+from layersched.methods.adagrouper.network import BandwidthTrace, TracedRun, constant, time_orders_under
 from layersched.schedule.solve import Solution, complete_orders, solve_pipeline
 
 
@@ -265,7 +265,7 @@ GRID = tuple(round(x, 3) for x in np.geomspace(1.0, 0.02, 40))
 
 
 class StepTimeController:
-    """The adaptive controller for a real run (`layersched.runtime.switching`), where only step times
+    """The adaptive controller for a real run (`layersched.methods.adagrouper.switching`), where only step times
     are measured: a picklable ``choose(step, history)`` with ``history`` the ``(plan index, seconds)``
     of the steps so far.
 
@@ -273,7 +273,7 @@ class StepTimeController:
     the nominal bandwidth. Every ``interval`` steps the bandwidth estimate is the grid value at which
     the current plan's predicted time, in seconds, is closest to its mean measured time over the window,
     and the plan with the least predicted time at that bandwidth is chosen. ``history`` holds
-    ``(plan index, seconds, ...)`` records (`layersched.runtime.switching.StepRecord`).
+    ``(plan index, seconds, ...)`` records (`layersched.methods.adagrouper.switching.StepRecord`).
 
     Example
     -------
@@ -308,7 +308,7 @@ class StepTimeController:
 
 class TransferTimeController:
     """The adaptive controller for a real run that reads the runner's transfer timings: a picklable
-    ``choose(step, history)`` over `layersched.runtime.switching.StepRecord` ``history``, whose
+    ``choose(step, history)`` over `layersched.methods.adagrouper.switching.StepRecord` ``history``, whose
     ``flights`` are the ``(bytes, seconds)`` in flight of the messages whose arrival was observed.
 
     Every ``interval`` steps it takes the window's messages, the seconds per byte above the link's

@@ -309,7 +309,7 @@ def search_order(hint: Evaluation, time_limit: float = 10.0, workers: int = 2) -
 
 def backward_orders(ev: Evaluation) -> list[Order]:
     """Per iteration of ``ev``'s window, the order its schedule runs the ``I`` and ``W`` passes in:
-    what `layersched.runtime.dp_order` executes.
+    what `layersched.methods.ooo.dp_order` executes.
 
     >>> costs = LayerCosts(("a", "b"), *(np.array([10, 10]) for _ in range(4)), np.array([1000, 1000]))
     >>> ev = evaluate(costs, Network(2, 1e11, 0.0), reverse_first_k(2, 1), iterations=2)

@@ -175,7 +175,11 @@ class SideStreamStage(Stage):
     side stream (see the module docstring). Call `sync` before anything on the current stream reads
     or writes the stage's gradients (the executor does, before a gradient all-reduce and the
     optimizer step; the fused ``B`` does it itself). On a GPU, the trace's span of a ``W`` covers
-    its launch and its part on the current stream, not the side stream's kernels."""
+    its launch and its part on the current stream, not the side stream's kernels.
+
+    The runner builds it where `RunConfig.stage_factory` names it (`weight_stream_stage`)."""
+
+    option = "weight_stream"  # what chose it, for the runner's messages
 
     def __init__(self, index: int, layers: list[tuple[str, nn.Module]], is_first: bool, is_last: bool):
         super().__init__(index, layers, is_first, is_last)
@@ -284,3 +288,8 @@ class SideStreamStage(Stage):
         for event, _ in self.inflight:
             self.side.wait(event)
         self.inflight.clear()
+
+
+def weight_stream_stage() -> type[SideStreamStage]:
+    """The stage factory for ``--weight-stream``: hand it to `RunConfig.stage_factory`."""
+    return SideStreamStage

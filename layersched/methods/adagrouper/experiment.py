@@ -1,9 +1,9 @@
 """``layersched bench adagrouper``: 1F1B vs fixed kFkB vs Ada-Grouper's adaptive k under network traces.
 
 A 4-stage pipeline with a global batch of 256 samples and room for 64 samples' activations per stage
-(`layersched.adagrouper.GroupedWorkload`): 1F1B runs micro-batches of 16, ``kfkb-2`` of 8, ``kfkb-4``
+(`layersched.methods.adagrouper.adagrouper.GroupedWorkload`): 1F1B runs micro-batches of 16, ``kfkb-2`` of 8, ``kfkb-4``
 of 4, ``kfkb-8`` of 2, each plan the largest micro-batch that fits. Every method runs the same number
-of iterations back to back under each trace (`layersched.network`), all schedules validated for the
+of iterations back to back under each trace (`layersched.methods.adagrouper.network`), all schedules validated for the
 nominal problem; the table gives each one's throughput gain over 1F1B on that trace, and the plot
 those gains and, for one trace, the adaptive controller's k following the bandwidth.
 
@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from layersched.adagrouper import GroupedWorkload, Plan, make_plans, simulate, speedup, total_time
 from layersched.formats.report import BenchResult, save_figure
-from layersched.network import BandwidthTrace, constant, markov_on_off, on_off
+from layersched.methods.adagrouper.adagrouper import GroupedWorkload, Plan, make_plans, simulate, speedup, total_time
+from layersched.methods.adagrouper.network import BandwidthTrace, constant, markov_on_off, on_off
 
 KS = (1, 2, 4, 8)
 INTERVAL = 1

@@ -1,8 +1,8 @@
 """``layersched bench spectrain``: synchronous vs asynchronous 1F1B (stale, stashed, SpecTrain) on 4 stages.
 
-A teacher-student classification task (`layersched.runtime.asyncpipe.teacher_student`, no download):
+A teacher-student classification task (`layersched.methods.spectrain.asyncpipe.teacher_student`, no download):
 each mode trains the same 4-stage MLP from the same initial weights on the same mini-batches, with
-SGD (lr 0.1, momentum 0.9), in the single-process emulation of `layersched.runtime.asyncpipe`. The
+SGD (lr 0.1, momentum 0.9), in the single-process emulation of `layersched.methods.spectrain.asyncpipe`. The
 table gives, per mode, the final training loss and the test loss and accuracy (each the mean over the
 last quarter of the run and over the seeds), and the extra weight memory per stage; the plot the
 curves over steps.
@@ -46,7 +46,7 @@ def table_rows(steps: int, seeds: list[int], eval_every: int = 50) -> list[dict]
     share of the test-accuracy (test-loss) gap between ``stale`` and ``sync`` that the mode closes."""
     import torch
 
-    from layersched.runtime.asyncpipe import MODES, teacher_student, train, weight_memory
+    from layersched.methods.spectrain.asyncpipe import MODES, teacher_student, train, weight_memory
 
     torch.set_num_threads(1)
     rows = []

@@ -40,7 +40,7 @@ from dataclasses import replace
 import numpy as np
 
 from layersched.describe.partition import cpsat_partition_items, optimal_contiguous
-from layersched.pipeplan import Plan, Setting, in_flight, simulate
+from layersched.methods.layerpipe.pipeplan import Plan, Setting, in_flight, simulate
 
 MODES = ("async", "sync")
 SCHEDULES = {"async": "1f1b-split", "sync": "zb-h1"}

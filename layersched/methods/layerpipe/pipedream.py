@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from layersched.describe.partition import PartitionInput
-from layersched.pipeplan import Plan, Setting, in_flight
+from layersched.methods.layerpipe.pipeplan import Plan, Setting, in_flight
 
 
 @dataclass(frozen=True)

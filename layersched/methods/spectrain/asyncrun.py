@@ -1,6 +1,6 @@
 """Asynchronous pipeline training (PipeDream-style 1F1B without a flush) in real processes.
 
-The multi-process counterpart of the single-process emulation in `layersched.runtime.asyncpipe`:
+The multi-process counterpart of the single-process emulation in `layersched.methods.spectrain.asyncpipe`:
 one process per stage (gloo on the CPU, NCCL on GPUs), activations and gradients exchanged
 point-to-point, every micro-batch a mini-batch, and each stage's weights updated right after that
 mini-batch's backward (SGD with momentum, as ``torch.optim.SGD`` computes it).
@@ -50,7 +50,7 @@ Example
 
 From the command line (``--help`` for the options)::
 
-    python -m layersched.runtime.asyncrun --mode spectrain --mode sync --steps 300
+    python -m layersched.methods.spectrain.asyncrun --mode spectrain --mode sync --steps 300
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from layersched.runtime.asyncpipe import MODES, Task, _Stage, evaluate, one_f_one_b, teacher_student
+from layersched.methods.spectrain.asyncpipe import MODES, Task, _Stage, evaluate, one_f_one_b, teacher_student
 from layersched.runtime.launch import run_processes
 from layersched.schedule.graph import parse_action
 
@@ -397,11 +397,11 @@ def _run_mode(
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m layersched.runtime.asyncrun",
+        prog="python -m layersched.methods.spectrain.asyncrun",
         description="Train a teacher-student MLP as an asynchronous 1F1B pipeline (no flush), one process "
         "per stage, and print per mode the training loss, test loss and accuracy, and the extra weight "
         "memory per stage (stashed versions, SpecTrain's predicted copy).",
-        epilog="example: python -m layersched.runtime.asyncrun --mode spectrain --mode sync --steps 300",
+        epilog="example: python -m layersched.methods.spectrain.asyncrun --mode spectrain --mode sync --steps 300",
     )
     p.add_argument(
         "--mode",

@@ -8,13 +8,13 @@ Analytic costs from the problem files under ``problems/`` (V100s, `layersched.de
   of ooo proper is ``best-k`` over ``reverse-tuned``). ``best-k``: reverse first-k, ``k`` and the
   bucket size (per layer, 1, 4 or 25 MiB) searched. ``cpsat``: CP-SAT over the full order, started
   from the best ``k``. Iteration time: the mean over a window of two iterations
-  (`layersched.ooo.dataparallel`).
+  (`layersched.methods.ooo.dataparallel`).
 - single device: MobileNetV3-large and DenseNet-121, 32 images (and 8, where launches bind), one
   V100, 5 us per kernel launch; serial single-stream order against weight gradients on a second
-  stream, for three co-run slowdowns (`layersched.ooo.multistream`).
+  stream, for three co-run slowdowns (`layersched.methods.ooo.multistream`).
 - pipeline: BERT (hidden 1024, 512 tokens, 4 sequences per micro-batch) with 12 to 48 layers on 8 to
   32 GPUs, as many micro-batches as ranks; GPipe against gradient fast-forwarding (same stages) and
-  modulo allocation with fast-forwarding (`layersched.ooo.pipeline`).
+  modulo allocation with fast-forwarding (`layersched.methods.ooo.pipeline`).
 
 ``paper`` gives the range Oh et al. (EuroSys 2022) report for that kind of training.
 """
@@ -51,7 +51,7 @@ def _row(part: str, model: str, setting: str, baseline: str, base_ns: float, met
 
 
 def data_parallel(quick: bool, time_limit: float, progress=None) -> list[dict]:
-    from layersched.ooo import dataparallel as dp
+    from layersched.methods.ooo import dataparallel as dp
 
     models = ("resnet50",) if quick else ("resnet50", "resnet101")
     links = ("10gbps", "25gbps")
@@ -105,7 +105,7 @@ def data_parallel(quick: bool, time_limit: float, progress=None) -> list[dict]:
 
 
 def single_device(quick: bool) -> list[dict]:
-    from layersched.ooo import multistream as ms
+    from layersched.methods.ooo import multistream as ms
 
     cases = ((32, 1.25),) if quick else ((32, 1.0), (32, 1.25), (32, 1.5), (8, 1.25))
     rows = []
@@ -133,7 +133,7 @@ def single_device(quick: bool) -> list[dict]:
 
 
 def pipeline(quick: bool, progress=None) -> list[dict]:
-    from layersched.ooo import pipeline as pp
+    from layersched.methods.ooo import pipeline as pp
 
     shapes = ((24, 8), (48, 16)) if quick else ((12, 8), (24, 8), (48, 8), (32, 16), (48, 16), (48, 24), (48, 32))
     spec0 = load_problem(PROBLEMS / "bert-ooo-v100.yaml")

@@ -13,7 +13,7 @@ data-parallel, weight sync counted). The last row times the partitioner on 1000 
 
 Example
 -------
->>> from layersched.experiments.layerpipe import MODELS
+>>> from layersched.methods.layerpipe.experiment import MODELS
 >>> len(MODELS) >= 5
 True
 """
@@ -28,9 +28,9 @@ import numpy as np
 from layersched.describe.config import bundled_problems, load_problem
 from layersched.describe.partition import optimal_contiguous
 from layersched.formats.report import BenchResult, save_figure
-from layersched.layerpipe import plan_layerpipe, speedup
-from layersched.pipedream import pipedream_partition, plan_pipedream
-from layersched.pipeplan import Setting, simulate
+from layersched.methods.layerpipe.layerpipe import plan_layerpipe, speedup
+from layersched.methods.layerpipe.pipedream import pipedream_partition, plan_pipedream
+from layersched.methods.layerpipe.pipeplan import Setting, simulate
 
 ROOT = bundled_problems()
 MODELS = {

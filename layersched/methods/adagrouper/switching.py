@@ -6,7 +6,8 @@ callable and broadcasts its index; when it differs from the last step's, each st
 momentum buffers are copied from the executor that ran last. Each step's time (the slowest rank's)
 is all-reduced into ``history``, with the time in flight of the step's messages (`layersched.runtime.
 trace.flight_times` of every rank's transfer records, gathered on rank 0): that is what a controller
-sees (`layersched.adagrouper.StepTimeController`, `layersched.adagrouper.TransferTimeController`).
+sees (`layersched.methods.adagrouper.adagrouper.StepTimeController`,
+`layersched.methods.adagrouper.adagrouper.TransferTimeController`).
 Since every kFkB schedule computes the same gradients, a run that switches reproduces the
 single-process reference exactly.
 
