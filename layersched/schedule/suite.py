@@ -1,8 +1,7 @@
-"""Benchmarks: suites (every template and solver on a list of problems) and experiments.
+"""Benchmark suites: every template and solver on a list of problems, one row per run.
 
-``layersched bench NAME`` runs the experiment ``layersched/experiments/NAME.py`` when there is one
-(its ``run(out_dir, *, quick, progress) -> BenchResult``), else the suite ``problems/suites/NAME.yaml``.
-Either way the result is a table on screen, a CSV and a plot.
+``layersched bench NAME`` (`layersched.cli.bench`) runs a method's experiment or a suite; this module
+runs suites. The bundled ones ship with the package (``problems/suites/`` in the repository).
 
 A suite file (``problems/suites/NAME.yaml``) lists problem files (relative to the suite), optional
 memory-limit factors (``2`` means twice the problem's limit, Zero Bubble's "2p"), and the methods:
@@ -21,7 +20,6 @@ Example suite
 
 from __future__ import annotations
 
-import importlib
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -31,36 +29,6 @@ from pydantic import Field
 
 from layersched.describe.config import ProblemSpec, SpecError, Strict, bundled_problems, load_problem, load_spec
 from layersched.describe.stages import pipeline_from_spec
-
-
-def run_bench(
-    name: str,
-    out_dir: Path,
-    *,
-    time_limit: float | None = None,
-    methods: list[str] | None = None,
-    quick: bool = False,
-    progress=None,
-) -> BenchResult:  # noqa: F821
-    """Run the experiment or suite called ``name``; write its CSV (and plot) under ``out_dir``."""
-    from layersched.formats.export import write_text
-    from layersched.formats.report import BenchResult, plot_rows, rows_to_csv
-
-    if name in experiment_names():
-        module = f"layersched.methods.{name.replace('-', '_')}.experiment"
-        result = importlib.import_module(module).run(out_dir, quick=quick, progress=progress)
-    else:
-        path = find_suite(name)
-        rows = run_suite(path, time_limit=time_limit, methods=methods, progress=progress)
-        png = out_dir / f"{path.stem}.png"
-        out_dir.mkdir(parents=True, exist_ok=True)
-        plot_rows(rows, png, f"suite {path.stem}: bubble rate per method")
-        result = BenchResult(f"suite {path.stem}", rows, COLUMNS, [png])
-    csv_path = out_dir / f"{result.title.split()[-1]}.csv"
-    write_text(csv_path, rows_to_csv(result.rows, result.columns))
-    result.files.insert(0, csv_path)
-    return result
-
 
 COLUMNS = (
     "problem",
@@ -97,7 +65,7 @@ class SuiteSpec(Strict):
 
 def find_suite(name_or_path: str) -> Path:
     """A suite by path (any file that exists, or a name ending in .yaml/.yml/.json), else a bundled
-    suite by name (``layersched list`` shows them), found from any working directory."""
+    suite by name (`bundled_suites`), found from any working directory."""
     path = Path(name_or_path)
     if path.is_file() or path.suffix in (".yaml", ".yml", ".json"):
         if not path.is_file():
@@ -106,8 +74,7 @@ def find_suite(name_or_path: str) -> Path:
     known = bundled_suites()
     if name_or_path not in known:
         raise SpecError(
-            f"no suite or experiment {name_or_path!r} (suites: {', '.join(known) or 'none'}; experiments: "
-            f"{', '.join(experiment_names())}); give one of these names or a path to a suite file"
+            f"no suite {name_or_path!r} (bundled: {', '.join(known) or 'none'}); give a path to a suite file"
         )
     return known[name_or_path]
 
@@ -115,20 +82,6 @@ def find_suite(name_or_path: str) -> Path:
 def bundled_suites() -> dict[str, Path]:
     """The suites that ship with layersched, by name."""
     return {p.stem: p for p in sorted((bundled_problems() / "suites").glob("*.yaml"))}
-
-
-def experiment_names() -> list[str]:
-    """The experiments ``bench NAME`` runs: each method package's ``experiment`` module."""
-    import importlib.util
-    import pkgutil
-
-    import layersched.methods as methods
-
-    return sorted(
-        m.name.replace("_", "-")
-        for m in pkgutil.iter_modules(methods.__path__)
-        if m.ispkg and importlib.util.find_spec(f"layersched.methods.{m.name}.experiment")
-    )
 
 
 def _is_template(name: str) -> bool:
@@ -201,5 +154,3 @@ def run_suite(
     if progress:
         progress(len(jobs), len(jobs), "done")
     return rows
-
-

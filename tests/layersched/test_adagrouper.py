@@ -101,7 +101,7 @@ def test_adaptive_tracks_slow_preemption_and_beats_1f1b():
 
 
 def test_bench_adagrouper_quick(tmp_path: Path):
-    from layersched.schedule.suite import run_bench
+    from layersched.cli.bench import run_bench
 
     res = run_bench("adagrouper", tmp_path, quick=True)
     rows = {(r["trace"], r["method"]): r for r in res.rows}

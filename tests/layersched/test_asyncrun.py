@@ -10,9 +10,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from layersched.cli import asyncrun as cli_asyncrun  # noqa: E402
+from layersched.methods.spectrain import asyncpipe, asyncrun  # noqa: E402
 from layersched.methods.spectrain.asyncpipe import MODES, teacher_student, version_lags, weight_memory  # noqa: E402
 from layersched.methods.spectrain.asyncrun import rank_orders, train_async, train_async_modes  # noqa: E402
-from layersched.methods.spectrain import asyncpipe, asyncrun  # noqa: E402
 from layersched.schedule.graph import parse_action  # noqa: E402
 
 from .test_spectrain import plain_sgd  # noqa: E402
@@ -154,7 +155,7 @@ def test_bad_arguments_fail_before_any_process_starts(monkeypatch, kwargs, messa
 
 
 def test_command_line(capsys):
-    assert asyncrun.main(["--mode", "stash", "--mode", "spectrain", "--stages", "2", "--steps", "6"]) == 0
+    assert cli_asyncrun.main(["--mode", "stash", "--mode", "spectrain", "--stages", "2", "--steps", "6"]) == 0
     lines = capsys.readouterr().out.splitlines()
     columns = [c.strip() for c in next(li for li in lines if li.count("┃") > 5).split("┃")[1:-1]]
     cells = [[c.strip() for c in li.split("│")[1:-1]] for li in lines if li.count("│") > 5]
@@ -170,6 +171,9 @@ def test_command_line(capsys):
 
 def test_command_line_bad_input(capsys, monkeypatch):
     monkeypatch.setattr(asyncrun, "run_processes", lambda *a, **k: pytest.fail("processes were started"))
-    assert asyncrun.main(["--steps", "0"]) == 2
+    # checked when parsed (layersched.cli.options): argparse's one-line error, exit 2
+    with pytest.raises(SystemExit) as exit_:
+        cli_asyncrun.main(["--steps", "0"])
+    assert exit_.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["asyncrun: error: steps must be a positive integer, got 0"]
+    assert err[-1].endswith("error: argument --steps: must be at least 1, got 0")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from layersched.cli import main
+from layersched.cli.main import main
 from layersched.describe.config import SpecError
 from layersched.formats.export import load_schedule, to_problem
 from layersched.schedule.suite import run_suite

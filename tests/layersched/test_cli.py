@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from layersched.cli import main
+from layersched.cli.main import main
 from layersched.formats.export import load_schedule, to_problem
 from solvers import validate
 
@@ -161,7 +161,7 @@ def test_validate_rejects_edited_file_naming_the_task(tmp_path):
 
 def test_import_layersched_loads_no_torch_and_solvers_loads_no_layersched():
     code = (
-        "import sys, layersched.cli, layersched.schedule.solve, layersched.formats.export; "
+        "import sys, layersched.cli.main, layersched.schedule.solve, layersched.formats.export; "
         "assert 'torch' not in sys.modules, 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from layersched.cli import main
+from layersched.cli.main import main
 from layersched.describe.config import LayerSpec, LinkSpec, load_problem
 from layersched.describe.partition import optimal_contiguous
 from layersched.methods.layerpipe.layerpipe import plan_layerpipe
@@ -137,7 +137,7 @@ def test_partition_command(capsys):
 
 
 def test_experiment_quick(tmp_path):
-    from layersched.schedule.suite import run_bench
+    from layersched.cli.bench import run_bench
 
     result = run_bench("layerpipe", tmp_path, quick=True)
     rows = [r for r in result.rows if "pd_ms" in r]

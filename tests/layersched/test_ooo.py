@@ -166,7 +166,7 @@ def test_bert_pipeline_out_of_order_beats_gpipe():
 
 # -- the experiment ---------------------------------------------------------------------------------------
 def test_bench_ooo_quick_writes_rows_and_plot(tmp_path):
-    from layersched.schedule.suite import run_bench
+    from layersched.cli.bench import run_bench
 
     result = run_bench("ooo", tmp_path, quick=True)
     parts = {r["part"] for r in result.rows}

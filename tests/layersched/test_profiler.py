@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from layersched.cli import main  # noqa: E402
+from layersched.cli.main import main  # noqa: E402
 from layersched.describe.config import LayerSpec, load_problem  # noqa: E402
 from layersched.describe.stages import pipeline_from_spec  # noqa: E402
 from layersched.formats.export import load_schedule  # noqa: E402
@@ -174,7 +174,7 @@ def test_measure_runtime_reads_the_cost_beyond_the_layers_of_a_run(monkeypatch):
 
 
 def test_profile_warns_when_the_ranks_outnumber_the_cores(tmp_path, capsys, monkeypatch):
-    import layersched.runtime.commands as commands
+    import layersched.cli.measure as commands
 
     monkeypatch.setattr(commands.os, "cpu_count", lambda: 2)
     args = ["profile", MLP, "--microbatch", "2", "--repeat", "1", "--link", "estimate", "--out"]

@@ -262,7 +262,7 @@ def test_python_m_layersched_run(tmp_path):
     chrome = json.loads((tmp_path / "run-trace.chrome.json").read_text())
     measured = [e for e in chrome["traceEvents"] if e["ph"] == "X" and not e["args"].get("predicted")]
     assert {e["pid"] for e in measured} == {0, 1}
-    from layersched.cli import main
+    from layersched.cli.main import main
 
     assert main(["compare", str(tmp_path / "schedule.json"), str(tmp_path / "run-trace.json")]) == 0
 

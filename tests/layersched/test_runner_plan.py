@@ -179,10 +179,10 @@ def test_import_without_torch():
     """``import layersched`` and everything that runs without a GPU job: no torch."""
     code = (
         "import sys; sys.modules['torch'] = None\n"
-        "import layersched, layersched.cli, layersched.runtime, layersched.runtime.plan\n"
-        "import layersched.runtime.trace, layersched.runtime.commands\n"
-        "layersched.cli._parser()\n"
-        "assert 'profile' in layersched.cli.COMMANDS and 'compare' in layersched.cli.COMMANDS\n"
+        "import layersched, layersched.cli.main, layersched.runtime, layersched.runtime.plan\n"
+        "import layersched.runtime.trace, layersched.cli.measure\n"
+        "layersched.cli.main._parser()\n"
+        "assert 'profile' in layersched.cli.main.COMMANDS and 'compare' in layersched.cli.main.COMMANDS\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
 

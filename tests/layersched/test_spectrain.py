@@ -143,7 +143,7 @@ def test_unknown_mode():
 
 @pytest.mark.slow
 def test_bench_spectrain_closes_most_of_the_gap(tmp_path):
-    from layersched.schedule.suite import run_bench
+    from layersched.cli.bench import run_bench
 
     res = run_bench("spectrain", tmp_path, quick=False)
     rows = {r["mode"]: r for r in res.rows}
@@ -154,7 +154,7 @@ def test_bench_spectrain_closes_most_of_the_gap(tmp_path):
 
 
 def test_bench_spectrain_quick_writes_table_and_plot(tmp_path):
-    from layersched.schedule.suite import run_bench
+    from layersched.cli.bench import run_bench
 
     res = run_bench("spectrain", tmp_path, quick=True)
     assert [r["mode"] for r in res.rows] == list(MODES)

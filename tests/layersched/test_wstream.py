@@ -14,9 +14,9 @@ torch = pytest.importorskip("torch")
 
 from torch import nn  # noqa: E402
 
+from layersched.cli.run import parser  # noqa: E402
 from layersched.formats.export import schedule_file  # noqa: E402
 from layersched.methods.ooo.wstream import SideStreamStage, side_linears  # noqa: E402
-from layersched.run import parser  # noqa: E402
 from layersched.runtime.launch import launch_jobs  # noqa: E402
 from layersched.runtime.plan import PlanError  # noqa: E402
 from layersched.runtime.runner import RunConfig, Stage, prepare, train_reference  # noqa: E402

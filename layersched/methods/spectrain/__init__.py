@@ -1,6 +1,6 @@
 """SpecTrain: asynchronous 1F1B with stale, stashed or predicted weights.
 
 - `asyncpipe`: the single-process emulation (version lags, weight prediction, convergence).
-- `asyncrun` (*torch*): the same with real processes (``python -m layersched.methods.spectrain.asyncrun``).
+- `asyncrun` (*torch*): the same with real processes (``python -m layersched.cli.asyncrun``).
 - `experiment`: ``layersched bench spectrain``.
 """

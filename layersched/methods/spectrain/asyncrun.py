@@ -50,14 +50,12 @@ Example
 
 From the command line (``--help`` for the options)::
 
-    python -m layersched.methods.spectrain.asyncrun --mode spectrain --mode sync --steps 300
+    python -m layersched.cli.asyncrun --mode spectrain --mode sync --steps 300
 """
 
 from __future__ import annotations
 
-import argparse
 import inspect
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -393,84 +391,3 @@ def _run_mode(
         extra_bytes,
         [b - a for a, b in zip(done, done[1:], strict=False)],
     )
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m layersched.methods.spectrain.asyncrun",
-        description="Train a teacher-student MLP as an asynchronous 1F1B pipeline (no flush), one process "
-        "per stage, and print per mode the training loss, test loss and accuracy, and the extra weight "
-        "memory per stage (stashed versions, SpecTrain's predicted copy).",
-        epilog="example: python -m layersched.methods.spectrain.asyncrun --mode spectrain --mode sync --steps 300",
-    )
-    p.add_argument(
-        "--mode",
-        action="append",
-        choices=MODES,
-        help="sync (pipeline drains per mini-batch), stale (no stashing), stash (PipeDream weight "
-        "stashing) or spectrain (SpecTrain weight prediction); repeat for several (default: all four)",
-    )
-    p.add_argument("--steps", type=int, default=300, help="mini-batches to train on (default: 300)")
-    p.add_argument("--stages", type=int, default=4, help="pipeline stages, one process each (default: 4)")
-    p.add_argument("--lr", type=float, default=0.05, help="SGD learning rate (default: 0.05)")
-    p.add_argument("--momentum", type=float, default=0.9, help="SGD momentum (default: 0.9)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the task's data and initial weights (default: 0)")
-    p.add_argument("--batch-size", type=int, default=32, help="samples per mini-batch (default: 32)")
-    p.add_argument(
-        "--device", choices=("cpu", "cuda"), default="cpu", help="cpu (gloo) or cuda (NCCL, one GPU per stage)"
-    )
-    p.add_argument("--timeout", type=float, default=600.0, help="seconds before the run is stopped (default: 600)")
-    return p
-
-
-def main(argv: list[str] | None = None) -> int:
-    """The command line: train, then print one row per mode."""
-    from rich.console import Console
-
-    from layersched.formats.report import BenchResult, rows_table
-    from layersched.runtime.launch import RunFailed
-
-    args = _parser().parse_args(argv)
-    modes = args.mode or list(MODES)
-    try:
-        runs = train_async_modes(
-            modes,
-            args.steps,
-            num_stages=args.stages,
-            lr=args.lr,
-            momentum=args.momentum,
-            task_options={"seed": args.seed, "batch_size": args.batch_size},
-            timeout=args.timeout,
-            device=args.device,
-        )
-    except ValueError as exc:
-        print(f"asyncrun: error: {exc}", file=sys.stderr)
-        return 2
-    except RunFailed as exc:
-        print(f"asyncrun: run failed: {exc}", file=sys.stderr)
-        return 1
-    rows = []
-    task = teacher_student(seed=args.seed, batch_size=args.batch_size, num_stages=args.stages)
-    for mode, run in runs.items():
-        test_loss, accuracy = run.evaluate(task)
-        tail = run.losses[-max(1, args.steps // 4) :]
-        rows.append(
-            {
-                "mode": mode,
-                "train_loss": sum(tail) / len(tail),
-                "test_loss": test_loss,
-                "test_accuracy": accuracy,
-                "lag_per_stage": "/".join(str(r.lag) for r in run.ranks),
-                "stash_copies_per_stage": "/".join(str(r.stash_copies) for r in run.ranks),
-                "extra_weight_bytes_per_stage": "/".join(str(r.extra_weight_bytes) for r in run.ranks),
-                "ms_per_step": 1e3 * max(sum(r.step_times) / len(r.step_times) for r in run.ranks),
-            }
-        )
-    title = f"asynchronous 1F1B, {args.stages} processes, {args.steps} steps, lr {args.lr}, momentum {args.momentum}"
-    Console(highlight=False, width=200).print(rows_table(BenchResult(title, rows, tuple(rows[0]), [])))
-    print("train_loss: mean over the last quarter of the steps; test loss and accuracy of the final weights")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -15,6 +15,8 @@ import argparse
 import os
 from collections.abc import Callable
 
+from layersched.cli.options import add_device, add_threads, positive_int
+
 
 def add_commands(subparsers: argparse._SubParsersAction) -> dict[str, Callable]:
     """Add ``profile`` and ``compare`` to ``subparsers``; the command functions by name."""
@@ -30,15 +32,17 @@ def add_commands(subparsers: argparse._SubParsersAction) -> dict[str, Callable]:
         "model",
         help="model builder, 'path/to/file.py:function' or 'module:function', e.g. examples/models.py:gpt_small",
     )
-    p.add_argument("--microbatch", type=int, required=True, metavar="N", help="micro-batch size")
+    p.add_argument("--microbatch", type=positive_int, required=True, metavar="N", help="micro-batch size")
     p.add_argument("--out", required=True, help="problem file to write (YAML)")
-    p.add_argument("--microbatches", type=int, default=8, metavar="M", help="micro-batches per step (default 8)")
-    p.add_argument("--pipeline", type=int, default=2, metavar="P", help="pipeline ranks (default 2)")
-    p.add_argument("--data-parallel", type=int, default=1, metavar="D", help="replicas (default 1)")
+    p.add_argument(
+        "--microbatches", type=positive_int, default=8, metavar="M", help="micro-batches per step (default 8)"
+    )
+    p.add_argument("--pipeline", type=positive_int, default=2, metavar="P", help="pipeline ranks (default 2)")
+    p.add_argument("--data-parallel", type=positive_int, default=1, metavar="D", help="replicas (default 1)")
     p.add_argument("--schedule", default="1f1b", help="the problem's default schedule (default 1f1b)")
-    p.add_argument("--repeat", type=int, default=10, help="timed repetitions per layer; the median is kept")
-    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    p.add_argument("--threads", type=int, default=1, help="torch threads, as in a run (default 1)")
+    p.add_argument("--repeat", type=positive_int, default=10, help="timed repetitions per layer; the median is kept")
+    add_device(p, "cpu", "where to time the layers (default cpu)")
+    add_threads(p, "torch threads, as in a run (default 1)")
     p.add_argument(
         "--link",
         choices=["measure", "estimate"],
@@ -61,12 +65,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> dict[str, Callable]:
 
 
 def cmd_profile(args, console) -> int:
-    from layersched.describe.config import SpecError, load_problem
+    from layersched.describe.config import load_problem
     from layersched.runtime.profiler import problem_from_profile, profile, write_problem
 
-    for flag in ("microbatch", "microbatches", "pipeline", "data_parallel", "repeat", "threads"):
-        if getattr(args, flag) < 1:
-            raise SpecError(f"--{flag.replace('_', '-')}: must be at least 1, got {getattr(args, flag)}")
     prof = profile(
         args.model,
         args.microbatch,

@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
+from layersched.cli.options import add_time_limit, positive_int
+
 
 def add_commands(subparsers: argparse._SubParsersAction) -> dict[str, Callable]:
     """Add ``partition`` to ``subparsers``; the command function by name."""
@@ -24,7 +26,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> dict[str, Callable]:
         "(weights, optimizer state and the activations the 1F1B schedule keeps).",
     )
     p.add_argument("problem", help="model-level problem file, e.g. problems/bert-large-v100.yaml")
-    p.add_argument("--processors", "-P", type=int, help="processors (default: the problem's training.pipeline)")
+    p.add_argument(
+        "--processors", "-P", type=positive_int, help="processors (default: the problem's training.pipeline)"
+    )
     p.add_argument(
         "--method",
         choices=["layerpipe", "layerpipe-sync", "pipedream"],
@@ -39,7 +43,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> dict[str, Callable]:
         default="dp",
         help="dp: exact contiguous dynamic program; cpsat: any assignment (non-contiguous), from the DP's split",
     )
-    p.add_argument("--time-limit", type=float, default=10.0, metavar="S", help="CP-SAT time limit (default 10 s)")
+    add_time_limit(p, 10.0, "CP-SAT time limit")
     return {"partition": cmd_partition}
 
 

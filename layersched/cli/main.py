@@ -14,6 +14,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from layersched.cli.options import add_quiet, add_time_limit, positive_int
+
 EXIT_BAD_INPUT = 2
 
 EPILOG = """examples:
@@ -63,21 +65,21 @@ def _parser() -> argparse.ArgumentParser:
         help="span: steady-state iteration time (largest per-rank span); makespan: one "
         "iteration from time 0 (default: the problem's own)",
     )
-    s.add_argument("--microbatches", type=int, metavar="M", help="override the number of micro-batches")
+    s.add_argument("--microbatches", type=positive_int, metavar="M", help="override the number of micro-batches")
     s.add_argument(
         "--pipeline",
         type=int,
         metavar="P",
         help="override the pipeline ranks of a model-level problem (its layers are split again)",
     )
-    s.add_argument("--time-limit", type=float, default=30.0, metavar="S", help="solver time limit in seconds")
+    add_time_limit(s, 30.0, "solver time limit")
     s.add_argument("--out", default="schedule.json", help="where to write the schedule (default: schedule.json)")
-    s.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    add_quiet(s)
 
     sh = sub.add_parser("show", help="print a schedule: per-rank grid, bubble, peak memory; optionally plot it")
     sh.add_argument("schedule", help="schedule file written by 'layersched solve'")
     sh.add_argument("--plot", metavar="FILE", help="also draw a Gantt chart with memory over time (.svg or .png)")
-    sh.add_argument("--width", type=int, default=100, help="characters per rank row in the grid (default 100)")
+    sh.add_argument("--width", type=positive_int, default=100, help="characters per rank row in the grid (default 100)")
 
     v = sub.add_parser("validate", help="check a schedule file independently; exit 0 when valid, 2 otherwise")
     v.add_argument("schedule")
@@ -92,38 +94,25 @@ def _parser() -> argparse.ArgumentParser:
     )
     e.add_argument("--out", help="output file (default: the schedule's name with the format's suffix)")
 
-    b = sub.add_parser(
-        "bench",
-        help="run a benchmark suite: every method on every problem; table, CSV, plot",
-        description="Solve each problem of a suite (problems/suites/NAME.yaml, or a path) with each "
-        "method and print bubble rate, iteration time, lower bound, gap, peak memory and solve time.",
-    )
-    b.add_argument(
-        "suite",
-        help="suite name (e.g. zero-bubble, models), path to a suite file, or an experiment "
-        "(a module in layersched/experiments/, e.g. layerpipe)",
-    )
-    b.add_argument("--methods", help="comma-separated methods to run instead of the suite's (templates, solvers, best)")
-    b.add_argument("--time-limit", type=float, metavar="S", help="time limit per solver run (default: the suite's)")
-    b.add_argument("--out-dir", default="bench-out", help="where to write NAME.csv and NAME.png (default bench-out/)")
-    b.add_argument(
-        "--quick", action="store_true", help="a smaller version of an experiment (fewer sizes, shorter runs)"
-    )
-    b.add_argument("--quiet", action="store_true", help="no progress bar")
-
     sub.add_parser("schema", help="print the JSON Schema of the schedule file")
     sub.add_parser("list", help="list the pipeline templates and solvers")
-    from layersched.runtime.commands import add_commands
+    from layersched.cli.bench import add_commands as add_bench
+
+    COMMANDS.update(add_bench(sub))
+    from layersched.cli.measure import add_commands
 
     COMMANDS.update(add_commands(sub))
-    from layersched.partition_cli import add_commands as add_partition
+    from layersched.cli.partition import add_commands as add_partition
 
     COMMANDS.update(add_partition(sub))
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exc:  # argparse has printed its one-line error (or the help): hand back its status
+        return exc.code if isinstance(exc.code, int) else EXIT_BAD_INPUT
     console = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
     try:
         return COMMANDS[args.command](args, console)
@@ -258,32 +247,6 @@ def cmd_export(args, console: Console) -> int:
     return 0
 
 
-def cmd_bench(args, console: Console) -> int:
-    from rich.progress import Progress
-
-    from layersched.schedule.suite import run_bench
-
-    with Progress(console=console, transient=True, disable=args.quiet) as bar:
-        task = bar.add_task("bench", total=None)
-
-        def progress(done: int, total: int, what: str) -> None:
-            bar.update(task, completed=done, total=total, description=what)
-
-        result = run_bench(
-            args.suite,
-            Path(args.out_dir),
-            time_limit=args.time_limit,
-            methods=[m.strip() for m in args.methods.split(",")] if args.methods else None,
-            quick=args.quick,
-            progress=progress,
-        )
-    from layersched.formats.report import rows_table
-
-    console.print(rows_table(result))
-    console.print(f"wrote {', '.join(str(f) for f in result.files)}")
-    return 0
-
-
 def cmd_schema(args, console: Console) -> int:
     from layersched.formats.export import schedule_json_schema
 
@@ -307,7 +270,8 @@ def cmd_list(args, console: Console) -> int:
         "--solver best: every template above, list scheduling and CP-SAT seeded with the best of them, fused and "
         "split backward; keeps the fastest and reports a bound valid for all it searched"
     )
-    from layersched.schedule.suite import bundled_suites, experiment_names
+    from layersched.cli.bench import experiment_names
+    from layersched.schedule.suite import bundled_suites
 
     console.print("benchmark suites (bench NAME): " + ", ".join(bundled_suites()))
     console.print("experiments (bench NAME): " + ", ".join(experiment_names()))
@@ -411,7 +375,6 @@ COMMANDS = {
     "export": cmd_export,
     "schema": cmd_schema,
     "list": cmd_list,
-    "bench": cmd_bench,
 }
 
 if __name__ == "__main__":

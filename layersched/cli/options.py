@@ -1,0 +1,92 @@
+"""The options several commands share, declared once and checked when they are parsed.
+
+Each ``add_*`` adds one option to an `argparse` parser with its type, default and help; the types
+refuse a bad value (zero, negative, not finite) with argparse's one-line usage error, exit status 2.
+
+Example
+-------
+>>> import argparse
+>>> p = argparse.ArgumentParser()
+>>> add_time_limit(p, 30.0, "solver time limit")
+>>> p.parse_args(["--time-limit", "5"]).time_limit
+5.0
+>>> positive_float("0")
+Traceback (most recent call last):
+...
+argparse.ArgumentTypeError: must be a finite number above 0, got 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+
+def positive_int(text: str) -> int:
+    """An integer of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """A finite number above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number above 0, got {text}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    """A finite number of at least 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of at least 0, got {text}")
+    return value
+
+
+def add_time_limit(p: argparse.ArgumentParser, default: float | None, what: str) -> None:
+    """``--time-limit S``: seconds, above 0."""
+    tail = f" (default {default:g} s)" if default is not None else ""
+    p.add_argument("--time-limit", type=positive_float, default=default, metavar="S", help=f"{what} in seconds{tail}")
+
+
+def add_quiet(p: argparse.ArgumentParser, what: str = "print nothing but errors") -> None:
+    """``--quiet``."""
+    p.add_argument("--quiet", action="store_true", help=what)
+
+
+def add_device(p: argparse.ArgumentParser, default: str | None, what: str) -> None:
+    """``--device cpu|cuda``."""
+    p.add_argument("--device", choices=["cpu", "cuda"], default=default, help=what)
+
+
+def add_threads(p: argparse.ArgumentParser, what: str = "torch threads per process (default 1)") -> None:
+    """``--threads N``: torch threads per process, at least 1."""
+    p.add_argument("--threads", type=positive_int, default=1, metavar="N", help=what)
+
+
+def add_timeout(p: argparse.ArgumentParser, default: float, what: str) -> None:
+    """``--timeout S``: seconds before a stuck run is stopped."""
+    p.add_argument("--timeout", type=positive_float, default=default, metavar="S", help=f"{what} (default {default:g})")
+
+
+def add_steps(p: argparse.ArgumentParser, default: int, what: str) -> None:
+    """``--steps N``: training steps, at least 1."""
+    p.add_argument("--steps", type=positive_int, default=default, metavar="N", help=f"{what} (default {default})")
+
+
+def add_sgd(p: argparse.ArgumentParser, lr: float, momentum: float) -> None:
+    """``--lr`` and ``--momentum`` of SGD."""
+    p.add_argument("--lr", type=positive_float, default=lr, help=f"SGD learning rate (default {lr:g})")
+    p.add_argument("--momentum", type=non_negative_float, default=momentum, help=f"SGD momentum (default {momentum:g})")

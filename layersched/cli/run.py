@@ -1,0 +1,189 @@
+"""Run a schedule file: ``torchrun --nproc-per-node N -m layersched.run schedule.json --model ...``.
+
+Under torchrun (``RANK`` in the environment) this process is one rank; otherwise it starts every
+rank on this machine itself (``python -m layersched.run schedule.json --model ...``). The schedule,
+the model and the world size are checked before any process group starts: a mismatch is one line
+on stderr and exit status 2. A failed or timed-out run exits with status 1.
+
+Example::
+
+    layersched solve problems/mlp-tiny.yaml --schedule 1f1b --out schedule.json
+    torchrun --nproc-per-node 2 -m layersched.run schedule.json --model examples/models.py:mlp \\
+        --model-arg depth=4 --steps 20          # writes run-trace.json (--trace FILE, --no-trace)
+    layersched compare schedule.json run-trace.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import replace
+
+from layersched.cli.options import add_device, add_sgd, add_steps, add_threads, add_timeout, positive_int
+
+EXIT_BAD_INPUT, EXIT_FAILED = 2, 1
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m layersched.run",
+        description="Train a model with a "
+        "schedule file's per-rank action lists on torch.distributed (gloo on CPUs, "
+        "NCCL on GPUs).",
+    )
+    p.add_argument("schedule", help="schedule file written by 'layersched solve'")
+    p.add_argument(
+        "--model",
+        required=True,
+        metavar="SPEC",
+        help="model builder, 'path/to/file.py:function' or 'module:function', e.g. examples/models.py:gpt_small",
+    )
+    add_steps(p, 10, "training steps")
+    add_sgd(p, lr=0.01, momentum=0.9)
+    p.add_argument("--microbatch-size", type=positive_int, metavar="N", help="passed to the model builder")
+    p.add_argument(
+        "--model-arg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="another keyword for the model builder, e.g. depth=4 (repeatable)",
+    )
+    p.add_argument(
+        "--trace",
+        metavar="FILE",
+        default="run-trace.json",
+        help="write the timed actions to FILE (ours, for 'layersched compare') and FILE with "
+        ".chrome.json (for https://ui.perfetto.dev); default run-trace.json",
+    )
+    p.add_argument("--no-trace", action="store_true", help="write no trace files")
+    p.add_argument(
+        "--runtime",
+        choices=["layersched", "torch"],
+        default="layersched",
+        help="executor: ours, or torch.distributed.pipelining's (whole steps timed only)",
+    )
+    p.add_argument(
+        "--weight-stream",
+        action="store_true",
+        help="compute the weight gradients of nn.Linear layers (W) on a second CUDA stream (our runtime only)",
+    )
+    add_device(p, None, "default: cuda when available")
+    add_timeout(p, 300.0, "seconds before a stuck run fails")
+    add_threads(p)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    from layersched.describe.config import SpecError
+    from layersched.runtime.plan import PlanError
+
+    rank = int(os.environ.get("RANK", "0"))
+    try:
+        return _run(args)
+    except (SpecError, PlanError) as exc:
+        if rank == 0:
+            print(f"layersched.run: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except Exception as exc:
+        from layersched.runtime.launch import RunFailed
+
+        if not isinstance(exc, RunFailed):
+            raise
+        print(f"layersched.run: error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+def _run(args) -> int:
+    from layersched.formats.export import load_schedule
+    from layersched.methods.ooo.wstream import weight_stream_stage
+    from layersched.runtime.runner import RunConfig
+
+    doc = load_schedule(args.schedule)
+    options = _model_options(args)
+    cfg = RunConfig(
+        doc,
+        args.model,
+        steps=args.steps,
+        lr=args.lr,
+        momentum=args.momentum,
+        model_options=options,
+        runtime=args.runtime,
+        stage_factory=weight_stream_stage() if args.weight_stream else None,
+    )
+    if "RANK" in os.environ:
+        results = _run_torchrun(cfg, args)
+        if results is None:
+            return 0
+    else:
+        from layersched.runtime.launch import launch_jobs
+
+        results = launch_jobs([cfg], timeout=args.timeout, device=args.device or "cpu", threads=args.threads)[0]
+    _report(doc, results, args)
+    return 0
+
+
+def _model_options(args) -> dict:
+    """``--model-arg KEY=VALUE`` (values read as Python literals, else kept as strings) and
+    ``--microbatch-size``."""
+    import ast
+
+    from layersched.describe.config import SpecError
+
+    options = {}
+    for item in args.model_arg:
+        key, sep, value = item.partition("=")
+        if not sep or not key.isidentifier():
+            raise SpecError(f"--model-arg {item!r}: expected KEY=VALUE, e.g. depth=4")
+        try:
+            options[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            options[key] = value
+    if args.microbatch_size:
+        options["microbatch_size"] = args.microbatch_size
+    return options
+
+
+def _run_torchrun(cfg, args):
+    """This process's rank under torchrun; rank 0 gets every rank's result (without parameters)."""
+    import torch
+    import torch.distributed as dist
+
+    from layersched.runtime.launch import init_group, pick_device, run_rank
+    from layersched.runtime.runner import prepare
+
+    torch.set_num_threads(args.threads)
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    prep = prepare(cfg, world)
+    device, backend = pick_device(args.device, int(os.environ.get("LOCAL_RANK", "0")))
+    init_group(rank, world, device, backend, args.timeout)
+    try:
+        result = replace(run_rank(cfg, prep, rank, device), params={})
+        gathered = [None] * world if rank == 0 else None
+        dist.gather_object(result, gathered, dst=0)
+    finally:
+        dist.destroy_process_group()
+    return gathered
+
+
+def _report(doc, results, args) -> None:
+    steps = max(len(r.step_times) for r in results)
+    replicas = [r.losses for r in results if r.losses is not None]
+    print(
+        f"{doc.name}: {doc.method}, {doc.pipeline.num_ranks} pipeline ranks x {doc.pipeline.data_parallel} "
+        f"replicas, {doc.pipeline.num_microbatches} micro-batches, runtime {args.runtime}"
+    )
+    print(f"{'step':>5} {'loss':>12} {'time (ms)':>10}")
+    for k in range(steps):
+        loss = sum(r[k] for r in replicas) / len(replicas) if replicas else float("nan")
+        print(f"{k:>5} {loss:>12.6f} {max(r.step_times[k] for r in results) * 1e3:>10.2f}")
+    if args.trace and not args.no_trace:
+        from layersched.runtime.trace import trace_document, write_trace
+
+        ours, chrome = write_trace(args.trace, trace_document(doc, results, args.runtime), doc)
+        print(f"wrote {ours} and {chrome}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
