@@ -36,7 +36,7 @@ The stored output gradients cost memory between ``I`` and ``W`` (autograd would 
 the layer's output gradient); in exchange ``W`` does not run the layer's backward again for them.
 
 Only the arithmetic is checked on CPUs, where ``torch.cpu.Stream`` stands in for a stream and the
-side stream's work runs at once (tests/layersched/test_wstream.py: the same gradients as `Stage`,
+side stream's work runs at once (tests/layersched/methods/ooo/test_wstream.py: the same gradients as `Stage`,
 and a pipelined run equal to the single-process reference); the overlap itself, and the stream
 ordering above, need a CUDA device to observe.
 

@@ -10,8 +10,8 @@ import yaml
 
 from layersched.describe.config import ClusterSpec, load_problem, load_spec
 from layersched.describe.costmodel import model_layers, parameter_count
+from tests.paths import PROBLEMS
 
-PROBLEMS = Path(__file__).resolve().parents[2] / "problems"
 CLUSTERS = PROBLEMS / "clusters"
 SUITES = PROBLEMS / "suites"
 ALL_FILES = sorted(p for p in PROBLEMS.rglob("*") if p.suffix in (".yaml", ".yml", ".json"))

@@ -14,8 +14,8 @@ import pytest
 from layersched.cli.main import main
 from layersched.formats.export import load_schedule, to_problem
 from solvers import validate
+from tests.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"
 
 

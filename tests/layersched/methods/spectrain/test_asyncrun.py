@@ -15,8 +15,7 @@ from layersched.methods.spectrain import asyncpipe, asyncrun  # noqa: E402
 from layersched.methods.spectrain.asyncpipe import MODES, teacher_student, version_lags, weight_memory  # noqa: E402
 from layersched.methods.spectrain.asyncrun import rank_orders, train_async, train_async_modes  # noqa: E402
 from layersched.schedule.graph import parse_action  # noqa: E402
-
-from .test_spectrain import plain_sgd  # noqa: E402
+from tests.layersched.methods.spectrain.test_spectrain import plain_sgd  # noqa: E402
 
 STAGES, STEPS, LR, MOMENTUM = 4, 10, 0.05, 0.9
 OPTIONS = {"seed": 2, "batch_size": 8, "test_size": 64}

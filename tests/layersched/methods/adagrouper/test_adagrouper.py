@@ -22,6 +22,7 @@ from layersched.methods.adagrouper.network import constant, on_off
 from layersched.schedule.solve import solve_pipeline
 from layersched.schedule.templates import TemplateError
 from solvers import InvalidSchedule, validate
+from tests.paths import EXAMPLES
 
 
 def _pipe(m=12, limit=None, p=4):
@@ -141,7 +142,7 @@ def test_transfer_time_controller_keeps_the_plan_on_a_constant_link():
     assert [steady(k, hist[:k]) for k in range(7)] == [0] * 7 and steady.estimate == 1.0
 
 
-MLP = str(Path(__file__).resolve().parents[2] / "examples" / "models.py") + ":mlp"
+MLP = str(EXAMPLES / "models.py") + ":mlp"
 
 
 def _kfkb_runs(ks, steps: int) -> list:

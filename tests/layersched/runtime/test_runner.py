@@ -29,10 +29,9 @@ from layersched.runtime.workload import load_workload  # noqa: E402
 from layersched.schedule.graph import parse_action  # noqa: E402
 from layersched.schedule.solve import solve_pipeline  # noqa: E402
 from layersched.schedule.templates import TEMPLATES, TemplateError, template_names  # noqa: E402
+from tests.layersched.runtime.test_runner_plan import stage_pipe  # noqa: E402
+from tests.paths import ROOT  # noqa: E402
 
-from .test_runner_plan import stage_pipe  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[2]
 MLP = f"{ROOT / 'examples' / 'models.py'}:mlp"
 GPT = f"{ROOT / 'examples' / 'models.py'}:gpt_small"
 BROKEN = str(Path(__file__).with_name("runner_models.py"))

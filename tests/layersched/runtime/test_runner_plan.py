@@ -17,8 +17,7 @@ from layersched.runtime.trace import chrome_path, chrome_trace, compare, load_tr
 from layersched.schedule.graph import parse_action
 from layersched.schedule.solve import solve_pipeline
 from layersched.schedule.templates import TEMPLATES, TemplateError, template_names
-
-from .test_core_path import stage_pipeline
+from tests.layersched.schedule.test_core_path import stage_pipeline
 
 
 def stage_pipe(ranks: int, microbatches: int, stages_per_rank: int = 1, data_parallel: int = 1):

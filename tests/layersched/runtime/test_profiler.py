@@ -3,8 +3,6 @@ the whole path profile -> problem file -> solve -> run -> compare."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -18,8 +16,8 @@ from layersched.runtime.profiler import measure_runtime, problem_from_profile, p
 from layersched.runtime.runner import train_reference  # noqa: E402
 from layersched.runtime.trace import compare  # noqa: E402
 from layersched.schedule.solve import solve_pipeline  # noqa: E402
+from tests.paths import ROOT  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
 MLP = f"{ROOT / 'examples' / 'models.py'}:mlp"
 GPT = f"{ROOT / 'examples' / 'models.py'}:gpt_small"
 LINK = {"bandwidth": 1e9, "latency": 1e-4}

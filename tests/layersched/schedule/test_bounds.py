@@ -9,8 +9,7 @@ from layersched.schedule.graph import build_graph, to_problem
 from layersched.schedule.solve import solve_pipeline, symmetry_chains
 from layersched.schedule.templates import TemplateError, template_names
 from solvers import Deadlock, InvalidSchedule, validate
-
-from .test_core_path import ZB_SETTINGS, stage_pipeline, zb_pipeline
+from tests.layersched.schedule.test_core_path import ZB_SETTINGS, stage_pipeline, zb_pipeline
 
 # published ZB-1p bubble rates (Zero Bubble pipeline parallelism, table 4)
 ZB_1P = [0.1585, 0.1323, 0.1397]

@@ -1,7 +1,6 @@
 """The core path: description -> task graph -> validated schedule -> JSON, and its checks."""
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,8 +21,7 @@ from layersched.schedule.graph import build_graph, parse_action, placement
 from layersched.schedule.solve import solve_pipeline
 from layersched.schedule.templates import TemplateError, template_orders
 from solvers import InvalidSchedule, validate
-
-DATA = Path(__file__).parent.parent / "data"
+from tests.paths import DATA
 
 # (p, m, F, I, W, transfer, h, a, published 1F1B bubble rate)
 ZB_SETTINGS = [

@@ -5,7 +5,6 @@ of the plain `Stage`, and a pipelined run with ``weight_stream`` equals the sing
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -22,10 +21,9 @@ from layersched.runtime.plan import PlanError  # noqa: E402
 from layersched.runtime.runner import RunConfig, Stage, prepare, train_reference  # noqa: E402
 from layersched.runtime.workload import load_workload  # noqa: E402
 from layersched.schedule.solve import solve_pipeline  # noqa: E402
+from tests.layersched.schedule.test_core_path import stage_pipeline  # noqa: E402
+from tests.paths import ROOT  # noqa: E402
 
-from .test_core_path import stage_pipeline  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[2]
 MLP = f"{ROOT / 'examples' / 'models.py'}:mlp"
 GPT = f"{ROOT / 'examples' / 'models.py'}:gpt_small"
 

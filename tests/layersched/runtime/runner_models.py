@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 
 from torch import nn
 
 from layersched.runtime.workload import resolve
+from tests.paths import EXAMPLES
 
-mlp = resolve(f"{Path(__file__).resolve().parents[2] / 'examples' / 'models.py'}:mlp")
+mlp = resolve(f"{EXAMPLES / 'models.py'}:mlp")
 
 
 class Breaks(nn.Module):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -15,8 +13,8 @@ from layersched.describe.partition import optimal_contiguous
 from layersched.methods.layerpipe.layerpipe import plan_layerpipe
 from layersched.methods.layerpipe.pipedream import pipedream_partition, plan_pipedream
 from layersched.methods.layerpipe.pipeplan import Setting, in_flight, simulate
+from tests.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 FAST_LINK = LinkSpec(bandwidth=1e30)
 
 

@@ -1,6 +1,5 @@
 """Out-of-order backprop: data parallel, multi-stream and pipeline schedules, and the experiment."""
 
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,8 +11,7 @@ from layersched.methods.ooo import dataparallel as dp
 from layersched.methods.ooo import multistream as ms
 from layersched.methods.ooo import pipeline as pp
 from solvers import validate
-
-PROBLEMS = Path(__file__).resolve().parents[2] / "problems"
+from tests.paths import PROBLEMS
 
 
 def uniform(L: int, t: int = 10, nbytes: int = 1000) -> dp.LayerCosts:

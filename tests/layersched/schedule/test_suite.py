@@ -2,7 +2,6 @@
 
 import csv
 import shutil
-from pathlib import Path
 
 import pytest
 
@@ -11,8 +10,7 @@ from layersched.describe.config import SpecError
 from layersched.formats.export import load_schedule, to_problem
 from layersched.schedule.suite import run_suite
 from solvers import validate
-
-DATA = Path(__file__).parent.parent / "data"
+from tests.paths import DATA
 
 
 def test_suite_rows_are_validated_results_or_reasons():
