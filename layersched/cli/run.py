@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from dataclasses import replace
 
 from layersched.cli.options import add_device, add_sgd, add_steps, add_threads, add_timeout, positive_int
 
@@ -113,7 +112,9 @@ def _run(args) -> int:
         stage_factory=weight_stream_stage() if args.weight_stream else None,
     )
     if "RANK" in os.environ:
-        results = _run_torchrun(cfg, args)
+        from layersched.runtime.launch import run_under_torchrun
+
+        results = run_under_torchrun(cfg, device=args.device, timeout=args.timeout, threads=args.threads)
         if results is None:
             return 0
     else:
@@ -143,28 +144,6 @@ def _model_options(args) -> dict:
     if args.microbatch_size:
         options["microbatch_size"] = args.microbatch_size
     return options
-
-
-def _run_torchrun(cfg, args):
-    """This process's rank under torchrun; rank 0 gets every rank's result (without parameters)."""
-    import torch
-    import torch.distributed as dist
-
-    from layersched.runtime.launch import init_group, pick_device, run_rank
-    from layersched.runtime.runner import prepare
-
-    torch.set_num_threads(args.threads)
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    prep = prepare(cfg, world)
-    device, backend = pick_device(args.device, int(os.environ.get("LOCAL_RANK", "0")))
-    init_group(rank, world, device, backend, args.timeout)
-    try:
-        result = replace(run_rank(cfg, prep, rank, device), params={})
-        gathered = [None] * world if rank == 0 else None
-        dist.gather_object(result, gathered, dst=0)
-    finally:
-        dist.destroy_process_group()
-    return gathered
 
 
 def _report(doc, results, args) -> None:

@@ -22,9 +22,11 @@ Example
 
 from __future__ import annotations
 
+import os
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -214,3 +216,22 @@ def run_rank(cfg: RunConfig, prep: Prepared, rank: int, device: torch.device) ->
 
         return run_torch_rank(cfg, prep, rank, device)
     return Executor(cfg, prep, rank, device).run()
+
+
+def run_under_torchrun(
+    cfg: RunConfig, *, device: str | None = None, timeout: float = 300.0, threads: int = 1
+) -> list[RankResult] | None:
+    """Run ``cfg`` as this process's rank under torchrun (``RANK``, ``WORLD_SIZE`` and ``LOCAL_RANK`` in
+    the environment). Rank 0 returns every rank's result (without parameters); the others None."""
+    torch.set_num_threads(threads)
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    prep = prepare(cfg, world)
+    dev, backend = pick_device(device, int(os.environ.get("LOCAL_RANK", "0")))
+    init_group(rank, world, dev, backend, timeout)
+    try:
+        result = replace(run_rank(cfg, prep, rank, dev), params={})
+        gathered = [None] * world if rank == 0 else None
+        dist.gather_object(result, gathered, dst=0)
+    finally:
+        dist.destroy_process_group()
+    return gathered
