@@ -27,6 +27,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 NonNeg = Annotated[float, Field(ge=0)]
 NonNegInt = Annotated[int, Field(ge=0)]
 PosInt = Annotated[int, Field(ge=1)]
+Placement = Literal["loop", "v"] | list[NonNegInt]
+"""Which rank holds each stage: ``loop`` (stage s on rank s mod R), ``v`` (down then back up, as in
+ZB-V), or an explicit list with one rank per stage."""
 
 
 class SpecError(ValueError):
@@ -207,6 +210,9 @@ class TrainingSpec(Strict):
     pipeline: PosInt = 1
     data_parallel: PosInt = 1
     stages_per_rank: PosInt = 1
+    placement: Placement | None = None
+    """Which rank holds each stage (with ``stages_per_rank`` > 1): ``loop``, ``v`` or a list; default:
+    the template's own, loop for the generic solvers."""
     schedule: str = "1f1b"
     solver: str | None = None
     """A generic solver (``list``, ``cpsat``, ``best``, ...) to use instead of the template."""
@@ -217,34 +223,55 @@ class TrainingSpec(Strict):
 
 
 class StagePipelineSpec(Strict):
-    """Stage-level shortcut: every stage costs the same (Zero Bubble's and PipeDream's settings).
+    """Stage-level shortcut (Zero Bubble's and PipeDream's settings): each cost is one number for
+    every stage, or a list with one per stage (``transfer``: one per stage boundary).
 
     ``memory_forward`` is added by each forward; the backward for weights frees
     ``memory_freed_by_weight`` and the backward for inputs the rest. ``memory_limit`` is per rank.
+    ``placement`` says which rank holds each stage (``loop``, ``v`` or a list); default: the
+    template's own, loop for the generic solvers.
     """
 
     stages: Annotated[int, Field(ge=1)]
     microbatches: PosInt
-    forward: NonNegInt
-    backward_input: NonNegInt
-    backward_weight: NonNegInt
-    transfer: NonNegInt = 0
-    memory_forward: NonNegInt = 0
-    memory_freed_by_weight: NonNegInt = 0
+    forward: NonNegInt | list[NonNegInt]
+    backward_input: NonNegInt | list[NonNegInt]
+    backward_weight: NonNegInt | list[NonNegInt]
+    transfer: NonNegInt | list[NonNegInt] = 0
+    memory_forward: NonNegInt | list[NonNegInt] = 0
+    memory_freed_by_weight: NonNegInt | list[NonNegInt] = 0
     memory_limit: PosInt | None = None
     stages_per_rank: PosInt = 1
+    placement: Placement | None = None
     schedule: str = "1f1b"
     solver: str | None = None
     objective: Literal["makespan", "span"] = "span"
     time_unit: str = "unit"
     memory_unit: str = "unit"
 
+    def per_stage(self, field: str) -> list[int]:
+        """The field as one value per stage (per boundary for ``transfer``)."""
+        n = self.stages - 1 if field == "transfer" else self.stages
+        value = getattr(self, field)
+        return list(value) if isinstance(value, list) else [value] * n
+
     @model_validator(mode="after")
     def _check(self) -> StagePipelineSpec:
-        if self.memory_freed_by_weight > self.memory_forward:
+        costs = ("forward", "backward_input", "backward_weight", "memory_forward", "memory_freed_by_weight")
+        for name in (*costs, "transfer"):
+            value, want = getattr(self, name), self.stages - 1 if name == "transfer" else self.stages
+            if isinstance(value, list) and len(value) != want:
+                what = "stage boundary" if name == "transfer" else "stage"
+                raise ValueError(f"{name}: {len(value)} values for {want}; give one per {what}, or one number")
+        freed, added = self.per_stage("memory_freed_by_weight"), self.per_stage("memory_forward")
+        if any(w > f for w, f in zip(freed, added, strict=True)):
             raise ValueError("memory_freed_by_weight cannot exceed memory_forward")
         if self.stages % self.stages_per_rank:
             raise ValueError(f"stages ({self.stages}) must be a multiple of stages_per_rank ({self.stages_per_rank})")
+        if self.placement is not None:
+            from layersched.describe.placement import placement
+
+            placement(self.stages, self.stages // self.stages_per_rank, self.placement)  # ValueError names the fault
         return self
 
 

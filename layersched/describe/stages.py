@@ -22,6 +22,7 @@ import numpy as np
 
 from layersched.describe.config import DeviceSpec, LayerSpec, ProblemSpec, SpecError
 from layersched.describe.partition import optimal_contiguous
+from layersched.describe.placement import placement
 
 NS_PER_SECOND = 1_000_000_000
 
@@ -57,6 +58,13 @@ class Pipeline:
     static_memory: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     action_overhead: int | dict[str, int] = 0
     backward: np.ndarray | None = None
+    placement: str | tuple[int, ...] | None = None
+    """Which rank holds each stage: ``loop``, ``v`` or one rank per stage; None: a template's own
+    (loop for the generic solvers)."""
+
+    def stage_to_rank(self, default: str = "loop") -> list[int]:
+        """The rank of each stage: the problem's placement, else ``default``."""
+        return placement(self.num_stages, self.num_ranks, self.placement or default)
 
     def overhead(self, kind: str) -> int:
         """The fixed cost of one action of ``kind`` (``F``, ``I``, ``W`` or ``B``)."""
@@ -116,12 +124,12 @@ def pipeline_from_spec(spec: ProblemSpec, source: str = "problem") -> Pipeline:
             name=spec.name,
             num_ranks=S // p.stages_per_rank,
             num_microbatches=p.microbatches,
-            forward=full * p.forward,
-            backward_input=full * p.backward_input,
-            backward_weight=full * p.backward_weight,
-            transfer=np.full(max(S - 1, 0), p.transfer, np.int64),
-            mem_forward=full * p.memory_forward,
-            mem_freed_by_weight=full * p.memory_freed_by_weight,
+            forward=_ints(p.per_stage("forward")),
+            backward_input=_ints(p.per_stage("backward_input")),
+            backward_weight=_ints(p.per_stage("backward_weight")),
+            transfer=_ints(p.per_stage("transfer")).reshape(max(S - 1, 0)),
+            mem_forward=_ints(p.per_stage("memory_forward")),
+            mem_freed_by_weight=_ints(p.per_stage("memory_freed_by_weight")),
             capacity=p.memory_limit,
             allreduce=full * 0,
             optimizer=full * 0,
@@ -131,8 +139,13 @@ def pipeline_from_spec(spec: ProblemSpec, source: str = "problem") -> Pipeline:
             default_solver=p.solver,
             objective=p.objective,
             static_memory=full * 0,
+            placement=_placement(p.placement),
         )
     return _model_pipeline(spec, source)
+
+
+def _placement(value) -> str | tuple[int, ...] | None:
+    return tuple(value) if isinstance(value, list) else value
 
 
 def _model_pipeline(spec: ProblemSpec, source: str) -> Pipeline:
@@ -154,6 +167,11 @@ def _model_pipeline(spec: ProblemSpec, source: str) -> Pipeline:
             f"{source}: training.pipeline: {S} stages need at least {S} layers, the model has "
             f"{len(layers)}; lower pipeline or stages_per_rank"
         )
+    if train.placement is not None:
+        try:
+            placement(S, ranks, train.placement)
+        except ValueError as exc:
+            raise SpecError(f"{source}: training.placement: {exc}") from None
     tot = {
         f: np.array([layer.total(f) for layer in layers])
         for f in (
@@ -196,7 +214,7 @@ def _model_pipeline(spec: ProblemSpec, source: str) -> Pipeline:
     optimizer = per_stage("optimizer", ns)
     static = _ints([round(b * (2 + train.optimizer_bytes_per_param / model.dtype_bytes)) for b in params])
     static_per_rank = np.zeros(ranks, dtype=np.int64)
-    np.add.at(static_per_rank, np.arange(S) % ranks, static)
+    np.add.at(static_per_rank, placement(S, ranks, train.placement or "loop"), static)
     capacity = train.memory_limit or int(dev.memory_bytes - static_per_rank.max())
     if capacity <= 0:
         raise SpecError(
@@ -224,6 +242,7 @@ def _model_pipeline(spec: ProblemSpec, source: str) -> Pipeline:
         default_solver=train.solver,
         objective=train.objective,
         static_memory=static,
+        placement=_placement(train.placement),
         action_overhead=(
             {k: round(v * ns) for k, v in dev.action_overhead.items()}
             if isinstance(dev.action_overhead, dict)

@@ -8,7 +8,7 @@ transfer delay paid when their ends sit on different ranks.
 Example
 -------
 >>> import numpy as np
->>> from layersched.describe.stages import Pipeline
+>>> from layersched.describe.stages import Pipeline, placement  # noqa: F401 (placement: re-exported)
 >>> one = np.ones(2, dtype=np.int64)
 >>> pipe = Pipeline("t", 2, 2, one, one, one, np.array([1]), one, 0 * one, None, 0 * one, 0 * one)
 >>> g = build_graph(pipe, split_backward=True)
@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import networkx as nx
 import numpy as np
 
+from layersched.describe.placement import placement  # noqa: F401 (re-exported for templates and tests)
 from layersched.describe.stages import Pipeline
 from solvers import Problem
 
@@ -37,20 +38,6 @@ def parse_action(name: str) -> tuple[int, str, int | None]:
     if not m:
         raise ValueError(f"not an action name: {name!r} (expected like 0F3, 1I3, 1W3, 2B3, 0R, 0U)")
     return int(m[1]), m[2], int(m[3]) if m[3] else None
-
-
-def placement(num_stages: int, num_ranks: int, style: str = "loop") -> list[int]:
-    """Rank of each stage. ``loop``: stage s on rank s mod R (plain and interleaved pipelines);
-    ``v``: down then back up (rank r holds stages r and 2R-1-r, as in ZB-V and DualPipeV)."""
-    if num_stages % num_ranks:
-        raise ValueError(f"{num_stages} stages cannot be spread evenly over {num_ranks} ranks")
-    if style == "loop":
-        return [s % num_ranks for s in range(num_stages)]
-    if style == "v":
-        return [
-            s % num_ranks if (s // num_ranks) % 2 == 0 else num_ranks - 1 - s % num_ranks for s in range(num_stages)
-        ]
-    raise ValueError(f"unknown placement {style!r}; valid: loop, v")
 
 
 def build_graph(pipe: Pipeline, *, split_backward: bool = True, stage_to_rank: list[int] | None = None) -> nx.DiGraph:

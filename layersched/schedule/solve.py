@@ -22,7 +22,7 @@ from layersched.describe.stages import Pipeline
 from layersched.schedule.bounds import pipeline_bounds
 from layersched.schedule.graph import TaskGraph, build_graph, parse_action, placement, to_problem
 from layersched.schedule.metrics import schedule_metrics
-from layersched.schedule.templates import get_template, template_orders
+from layersched.schedule.templates import TemplateError, get_template, template_orders
 from solvers import Result, Schedule, time_orders, validate
 
 
@@ -93,6 +93,11 @@ def solve_pipeline(
         name = schedule or pipe.default_schedule
         tpl = get_template(name)
         stage_to_rank = placement(pipe.num_stages, pipe.num_ranks, tpl.placement)
+        if pipe.placement is not None and pipe.stage_to_rank() != stage_to_rank:
+            raise TemplateError(
+                f"template {name!r} places stages {tpl.placement} ({stage_to_rank}); the problem's placement "
+                f"is {pipe.placement!r} ({pipe.stage_to_rank()})"
+            )
         tasks = to_problem(
             build_graph(pipe, split_backward=tpl.split_backward, stage_to_rank=stage_to_rank), pipe.capacity
         )
@@ -102,7 +107,8 @@ def solve_pipeline(
     else:
         from solvers import solve
 
-        tasks = to_problem(build_graph(pipe, split_backward=options.pop("split_backward", True)), pipe.capacity)
+        split = options.pop("split_backward", True)
+        tasks = to_problem(build_graph(pipe, split_backward=split, stage_to_rank=pipe.stage_to_rank()), pipe.capacity)
         result = solve(tasks.problem, solver, objective=objective, **options)
         if result.schedule is None:
             raise RuntimeError(f"solver {solver!r} found no schedule ({result.status})")
@@ -234,7 +240,7 @@ def solve_best(
     """The best schedule of every template that fits (memory included), list scheduling and CP-SAT,
     with a lower bound that holds for everything searched.
 
-    CP-SAT searches, at the placement of the best template, the split-backward graph and, unless
+    CP-SAT searches, at the problem's placement (else the best template's), the split-backward graph and, unless
     `fused_is_dominated`, the fused-backward graph too (each for half the time limit), each seeded
     with the best template of that mode and the list schedule. The result is the fastest of all
     candidates, templates included. The reported bound is the smallest of the searched modes' proven
@@ -258,7 +264,10 @@ def solve_best(
         tried[name] = sol.metrics["value"]
         found.append(sol)
     leader = min(found, key=lambda s: s.metrics["value"], default=None)
-    stage_to_rank = leader.stage_to_rank if leader else placement(pipe.num_stages, pipe.num_ranks)
+    if pipe.placement is not None or leader is None:
+        stage_to_rank = pipe.stage_to_rank()
+    else:
+        stage_to_rank = leader.stage_to_rank
     modes = [True] if fused_is_dominated(pipe) else [True, False]
     searches = [
         _search_mode(pipe, split, stage_to_rank, found, objective, time_limit / len(modes), workers, progress, tried)
