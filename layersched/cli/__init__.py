@@ -3,6 +3,7 @@
 
 - `main`: the parser and the schedule commands (solve, show, validate, export, schema, list).
 - `bench`: ``bench NAME``, a suite or a method's experiment.
+- `frontier`: ``frontier PROBLEM``, the memory-bubble frontier.
 - `partition`: LayerPipe / PipeDream partitions.
 - `measure`: ``profile`` (per-layer times into a problem file) and ``compare`` (predicted vs measured).
 - `run`: train with a schedule on torch.distributed.

@@ -99,6 +99,9 @@ def _parser() -> argparse.ArgumentParser:
     from layersched.cli.bench import add_commands as add_bench
 
     COMMANDS.update(add_bench(sub))
+    from layersched.cli.frontier import add_commands as add_frontier
+
+    COMMANDS.update(add_frontier(sub))
     from layersched.cli.measure import add_commands
 
     COMMANDS.update(add_commands(sub))

@@ -129,3 +129,39 @@ def axis_unit(unit: str) -> tuple[str, float]:
     """
     return {"ns": ("ms", 1e6), "bytes": ("GiB", 2**30)}.get(unit, (unit, 1))
 
+
+def plot_frontier(front, path: str | Path) -> Path:
+    """Draw a `layersched.schedule.frontier.Frontier`: the best bubble rate found at each per-rank
+    memory limit (a step line) with its proven lower bound (dashed), and each template without a
+    limit as a labelled marker at its peak memory."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from layersched.formats.report import save_figure
+
+    pipe = front.pipe
+    m_unit, m_div = axis_unit(pipe.memory_unit)
+
+    def bound_bubble(p) -> float:  # the bubble rate the point's bound allows: same work, bound's time
+        work = p.value * (1 - p.bubble_rate)
+        return max(0.0, (p.lower_bound - work) / p.lower_bound) if p.lower_bound else 0.0
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    x = [p.limit / m_div for p in front.points]
+    ax.step(x, [p.bubble_rate for p in front.points], where="post", marker="o", label="best at this limit")
+    ax.step(x, [bound_bubble(p) for p in front.points], where="post", ls="--", color="grey", label="bound")
+    for t in front.templates:
+        ax.scatter(t.peak_memory / m_div, t.bubble_rate, marker="x", color="black", zorder=3)
+        ax.annotate(
+            t.label, (t.peak_memory / m_div, t.bubble_rate), fontsize=7, xytext=(3, 3), textcoords="offset points"
+        )
+    ax.set_xlabel(f"memory limit per rank ({m_unit})")
+    ax.set_ylabel("bubble rate")
+    ax.set_title(f"{pipe.name}: memory-bubble frontier ({front.objective})", fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = Path(path)
+    save_figure(fig, path)
+    return path

@@ -1,0 +1,89 @@
+"""``layersched frontier PROBLEM``: the best schedule at each per-rank memory limit, from the least
+feasible to where the bubble stops falling, with its proven bound; templates marked beside it."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+
+from layersched.cli.options import add_quiet, add_time_limit, positive_int
+
+
+def add_commands(subparsers: argparse._SubParsersAction) -> dict[str, Callable]:
+    f = subparsers.add_parser(
+        "frontier",
+        help="sweep the memory limit: best schedule, bubble and proven bound at each; table, CSV, plot",
+        description="Solve the problem with --solver best under a range of per-rank memory limits, from the "
+        "least under which any schedule fits to where more memory stops helping, and print each point's "
+        "iteration time, bubble rate, proven lower bound and gap. The templates without a limit (1F1B, "
+        "ZB-H1, ZB-H2, ZB-V, ...) are listed and plotted at their own peak memory.",
+    )
+    f.add_argument("problem", help="problem file (YAML or JSON), e.g. problems/zb-1.5b.yaml")
+    f.add_argument("--points", type=positive_int, default=8, metavar="N", help="memory limits to try (default 8)")
+    add_time_limit(f, 10.0, "solver time limit per point")
+    f.add_argument("--microbatches", type=positive_int, metavar="M", help="override the number of micro-batches")
+    f.add_argument(
+        "--out-dir", default="bench-out", help="where to write NAME-frontier.csv and .png (default bench-out/)"
+    )
+    add_quiet(f, "no line per point while it runs")
+    return {"frontier": cmd_frontier}
+
+
+def cmd_frontier(args, console) -> int:
+    from dataclasses import replace
+
+    from rich.table import Table
+
+    from layersched.cli.main import _fmt_mem, _fmt_time
+    from layersched.describe.config import SpecError, load_problem
+    from layersched.describe.stages import pipeline_from_spec
+    from layersched.formats.export import write_text
+    from layersched.formats.plot import plot_frontier
+    from layersched.formats.report import rows_to_csv
+    from layersched.schedule.frontier import frontier
+
+    pipe = pipeline_from_spec(load_problem(args.problem), args.problem)
+    if args.microbatches:
+        pipe = replace(pipe, num_microbatches=args.microbatches)
+    if args.points < 2:
+        raise SpecError(f"--points: at least 2, got {args.points}")
+    t, m = pipe.time_unit, pipe.memory_unit
+    if not args.quiet:
+        console.print(f"{pipe.name}: sweeping {args.points} memory limits, best for at most {args.time_limit:g} s each")
+
+    def progress(p) -> None:
+        if not args.quiet:
+            console.print(
+                f"  limit {_fmt_mem(p.limit, m)}: {_fmt_time(p.value, t)}, bubble {p.bubble_rate:.4f}, "
+                f"bound {_fmt_time(p.lower_bound, t)} (gap {p.gap:.2%}, {p.status})"
+            )
+
+    front = frontier(pipe, points=args.points, time_limit=args.time_limit, progress=progress)
+    table = Table(title=f"{pipe.name}: memory-bubble frontier ({front.objective})")
+    for col in ("schedule", "memory limit", "peak memory", front.objective, "bubble rate", "lower bound", "gap"):
+        table.add_column(col, justify="left" if col == "schedule" else "right")
+    rows = []
+    for p in [*front.points, *front.templates]:
+        table.add_row(
+            p.label if p.limit is not None else f"{p.label} (no limit)",
+            _fmt_mem(p.limit, m),
+            _fmt_mem(p.peak_memory, m),
+            _fmt_time(p.value, t),
+            f"{p.bubble_rate:.4f}",
+            _fmt_time(p.lower_bound, t),
+            f"{p.gap:.2%}",
+        )
+        rows.append({**p.__dict__, "gap": round(p.gap, 6)})
+    console.print(table)
+    console.print(
+        f"no schedule at any memory limit is faster than {_fmt_time(front.floor, t)} (the bound without a limit)"
+    )
+    out = Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    columns = ("label", "limit", "peak_memory", "value", "bubble_rate", "lower_bound", "gap", "status")
+    csv_path = out / f"{pipe.name}-frontier.csv"
+    write_text(csv_path, rows_to_csv(rows, columns))
+    png = plot_frontier(front, out / f"{pipe.name}-frontier.png")
+    console.print(f"wrote {csv_path}, {png}")
+    return 0

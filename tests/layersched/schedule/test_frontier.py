@@ -1,0 +1,66 @@
+"""The memory-bubble frontier: each point is a valid schedule under its limit with a bound below it;
+the least limit is exact; more memory never costs time (on instances CP-SAT solves to optimality)."""
+
+import csv
+from dataclasses import replace
+
+import pytest
+
+from layersched.cli.main import main
+from layersched.describe.config import ProblemSpec
+from layersched.describe.stages import pipeline_from_spec
+from layersched.schedule.frontier import frontier, least_memory
+from layersched.schedule.solve import solve_pipeline
+from tests.paths import DATA
+
+pytest.importorskip("ortools")
+
+
+def small(**fields):
+    spec = {"stages": 3, "microbatches": 4, "forward": 2, "backward_input": 2, "backward_weight": 1}
+    spec |= {"transfer": 1, "memory_forward": 4, "memory_freed_by_weight": 1, **fields}
+    return pipeline_from_spec(ProblemSpec.model_validate({"name": "t", "pipeline": spec}))
+
+
+@pytest.mark.parametrize("fields", [{}, {"stages": 4, "stages_per_rank": 2, "placement": "v"}])
+def test_points_are_valid_bounded_and_never_slower_with_more_memory(fields):
+    pipe = small(**fields)
+    f = frontier(pipe, points=4, time_limit=5)
+    limits = [p.limit for p in f.points]
+    assert limits == sorted(set(limits)) and limits[0] == least_memory(pipe)
+    for p in f.points:
+        assert p.peak_memory <= p.limit and p.lower_bound <= p.value
+    # a schedule that fits a limit fits every larger one: no bound at more memory exceeds it
+    for i, p in enumerate(f.points):
+        assert all(q.lower_bound <= p.value for q in f.points[i + 1 :]), (p, f.points[i + 1 :])
+    if not fields:  # small enough to prove every point: then more memory never costs time
+        assert all(p.status == "optimal" for p in f.points)
+        values = [p.value for p in f.points]
+        assert values == sorted(values, reverse=True)
+    assert all(f.floor <= p.value for p in f.points)
+    # every template without a limit is no faster than the frontier at its own peak memory
+    for t in f.templates:
+        at = [p.value for p in f.points if p.limit <= t.peak_memory]
+        assert not at or min(at) <= t.value, t
+
+
+def test_least_memory_is_exact():
+    """At the least limit a schedule exists; one unit less, none does (every solver fails there)."""
+    pipe = small()
+    least = least_memory(pipe)
+    assert solve_pipeline(replace(pipe, capacity=least), solver="best", time_limit=5).metrics["value"] > 0
+    with pytest.raises(RuntimeError, match="no schedule fits"):
+        solve_pipeline(replace(pipe, capacity=least - 1), solver="best", time_limit=5)
+
+
+def test_frontier_command_writes_table_csv_and_plot(tmp_path, capsys):
+    out = tmp_path / "out"
+    args = ["frontier", str(DATA / "zb-1.5b.yaml"), "--points", "2", "--time-limit", "2", "--microbatches", "4"]
+    assert main([*args, "--out-dir", str(out), "--quiet"]) == 0
+    text = capsys.readouterr().out
+    assert "memory-bubble frontier" in text and "zb-h1 (no limit)" in text
+    rows = list(csv.DictReader((out / "zb-1.5b-frontier.csv").open()))
+    best = [r for r in rows if r["label"] == "best"]
+    assert len(best) >= 2 and all(int(r["peak_memory"]) <= int(r["limit"]) for r in best)
+    assert (out / "zb-1.5b-frontier.png").read_bytes()[:4] == b"\x89PNG"
+    assert main(["frontier", str(DATA / "zb-1.5b.yaml"), "--points", "0"]) == 2
