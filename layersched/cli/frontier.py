@@ -35,12 +35,12 @@ def cmd_frontier(args, console) -> int:
 
     from rich.table import Table
 
-    from layersched.cli.main import _fmt_mem, _fmt_time
     from layersched.describe.config import SpecError, load_problem
     from layersched.describe.stages import pipeline_from_spec
     from layersched.formats.export import write_text
     from layersched.formats.plot import plot_frontier
     from layersched.formats.report import rows_to_csv
+    from layersched.formats.units import fmt_mem, fmt_time
     from layersched.schedule.frontier import frontier
 
     pipe = pipeline_from_spec(load_problem(args.problem), args.problem)
@@ -55,8 +55,8 @@ def cmd_frontier(args, console) -> int:
     def progress(p) -> None:
         if not args.quiet:
             console.print(
-                f"  limit {_fmt_mem(p.limit, m)}: {_fmt_time(p.value, t)}, bubble {p.bubble_rate:.4f}, "
-                f"bound {_fmt_time(p.lower_bound, t)} (gap {p.gap:.2%}, {p.status})"
+                f"  limit {fmt_mem(p.limit, m)}: {fmt_time(p.value, t)}, bubble {p.bubble_rate:.4f}, "
+                f"bound {fmt_time(p.lower_bound, t)} (gap {p.gap:.2%}, {p.status})"
             )
 
     front = frontier(pipe, points=args.points, time_limit=args.time_limit, progress=progress)
@@ -67,17 +67,17 @@ def cmd_frontier(args, console) -> int:
     for p in [*front.points, *front.templates]:
         table.add_row(
             p.label if p.limit is not None else f"{p.label} (no limit)",
-            _fmt_mem(p.limit, m),
-            _fmt_mem(p.peak_memory, m),
-            _fmt_time(p.value, t),
+            fmt_mem(p.limit, m),
+            fmt_mem(p.peak_memory, m),
+            fmt_time(p.value, t),
             f"{p.bubble_rate:.4f}",
-            _fmt_time(p.lower_bound, t),
+            fmt_time(p.lower_bound, t),
             f"{p.gap:.2%}",
         )
         rows.append({**p.__dict__, "gap": round(p.gap, 6)})
     console.print(table)
     console.print(
-        f"no schedule at any memory limit is faster than {_fmt_time(front.floor, t)} (the bound without a limit)"
+        f"no schedule at any memory limit is faster than {fmt_time(front.floor, t)} (the bound without a limit)"
     )
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)

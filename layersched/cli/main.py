@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from layersched.cli.options import add_quiet, add_time_limit, positive_int
+from layersched.formats.units import fmt_mem, fmt_time
 
 EXIT_BAD_INPUT = 2
 
@@ -171,8 +172,8 @@ def cmd_solve(args, console: Console) -> int:
 
             def progress(p: dict) -> None:
                 console.print(
-                    f"  {p['elapsed']:7.1f} s  incumbent {_fmt_time(p['incumbent'], unit)}  "
-                    f"bound {_fmt_time(p['bound'], unit)}  gap {p['gap']:.2%}"
+                    f"  {p['elapsed']:7.1f} s  incumbent {fmt_time(p['incumbent'], unit)}  "
+                    f"bound {fmt_time(p['bound'], unit)}  gap {p['gap']:.2%}"
                 )
 
             options["progress"] = progress
@@ -182,7 +183,7 @@ def cmd_solve(args, console: Console) -> int:
     if not args.quiet:
         tried = sol.info.get("candidates")
         if tried:
-            fits = ", ".join(f"{k} {_fmt_time(v, pipe.time_unit)}" for k, v in tried.items() if isinstance(v, int))
+            fits = ", ".join(f"{k} {fmt_time(v, pipe.time_unit)}" for k, v in tried.items() if isinstance(v, int))
             console.print(f"candidates: {fits}; CP-SAT status {sol.info.get('cpsat_status')}")
         _summary(doc, console)
         console.print(f"wrote {args.out} (valid; {len(doc.tasks)} tasks, solved in {sol.runtime:.2f} s)")
@@ -234,7 +235,7 @@ def cmd_validate(args, console: Console) -> int:
         )
     console.print(
         f"{args.schedule}: valid ({len(doc.tasks)} tasks, {doc.pipeline.num_ranks} ranks, "
-        f"{doc.objective} {_fmt_time(metrics['value'], doc.time_unit)})"
+        f"{doc.objective} {fmt_time(metrics['value'], doc.time_unit)})"
     )
     return 0
 
@@ -281,21 +282,6 @@ def cmd_list(args, console: Console) -> int:
     return 0
 
 
-def _fmt_mem(x: int | None, unit: str = "bytes") -> str:
-    if x is None:
-        return "-"
-    if unit != "bytes":
-        return f"{x} {unit}"
-    for unit, div in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if x >= div:
-            return f"{x / div:.2f} {unit}"
-    return str(x)
-
-
-def _fmt_time(x: int, unit: str) -> str:
-    return f"{x / 1e6:.3f} ms" if unit == "ns" else f"{x} {unit}"
-
-
 def _summary(doc, console: Console) -> None:
     m = doc.metrics
     pipe = doc.pipeline
@@ -311,10 +297,10 @@ def _summary(doc, console: Console) -> None:
     for r in range(pipe.num_ranks):
         table.add_row(
             str(r),
-            _fmt_time(m["work"][r], u),
+            fmt_time(m["work"][r], u),
             f"{m['per_rank_bubble'][r]:.4f}",
-            _fmt_mem(m["peak_memory"][r], doc.memory_unit),
-            _fmt_mem(m["capacity"][r], doc.memory_unit),
+            fmt_mem(m["peak_memory"][r], doc.memory_unit),
+            fmt_mem(m["capacity"][r], doc.memory_unit),
         )
     console.print(table)
 
@@ -337,13 +323,13 @@ def _summary_line(objective: str, m: dict, unit: str) -> str:
     """
     gap = (m["value"] - m["lower_bound"]) / m["value"] if m["value"] else 0.0
     parts = [
-        f"{OBJECTIVE_NAMES[objective]} {_fmt_time(m['value'], unit)}, "
-        f"lower bound {_fmt_time(m['lower_bound'], unit)}, gap {gap:.2%}"
+        f"{OBJECTIVE_NAMES[objective]} {fmt_time(m['value'], unit)}, "
+        f"lower bound {fmt_time(m['lower_bound'], unit)}, gap {gap:.2%}"
     ]
     if objective == "span" and m["makespan"] != m["value"]:
-        parts.append(f"one iteration from time 0 (makespan) {_fmt_time(m['makespan'], unit)}")
+        parts.append(f"one iteration from time 0 (makespan) {fmt_time(m['makespan'], unit)}")
     if objective == "makespan" and m["span"] != m["value"]:
-        parts.append(f"steady state (slowest rank's span) {_fmt_time(m['span'], unit)}")
+        parts.append(f"steady state (slowest rank's span) {fmt_time(m['span'], unit)}")
     parts.append(f"bubble rate {m['bubble_rate']:.4f} (idle share of the iteration, mean over ranks)")
     return "; ".join(parts)
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from layersched.formats.units import axis_unit
 from layersched.schedule.graph import parse_action
 from solvers import memory_profile
 
@@ -118,16 +119,6 @@ def plot_schedule(doc, path: str | Path, title: str | None = None) -> Path:
     else:
         write_text(path, buf.getvalue().decode())
     return path
-
-
-def axis_unit(unit: str) -> tuple[str, float]:
-    """The unit the summary prints for a file's raw unit, and the divisor to get there: nanoseconds
-    are drawn in ms and bytes in GiB, as `layersched show` prints them; other units stay as they are.
-
-    >>> axis_unit("ns"), axis_unit("bytes"), axis_unit("units")
-    (('ms', 1000000.0), ('GiB', 1073741824), ('units', 1))
-    """
-    return {"ns": ("ms", 1e6), "bytes": ("GiB", 2**30)}.get(unit, (unit, 1))
 
 
 def plot_frontier(front, path: str | Path) -> Path:
