@@ -99,7 +99,6 @@ def run_bench(
             raise SpecError(f"{exc}, or an experiment: {', '.join(experiment_names())}") from None
         rows = run_suite(path, time_limit=time_limit, methods=methods, progress=progress)
         png = out_dir / f"{path.stem}.png"
-        out_dir.mkdir(parents=True, exist_ok=True)
         plot_rows(rows, png, f"suite {path.stem}: bubble rate per method")
         result = BenchResult(f"suite {path.stem}", rows, COLUMNS, [png])
     csv_path = out_dir / f"{result.title.split()[-1]}.csv"

@@ -80,7 +80,6 @@ def cmd_frontier(args, console) -> int:
         f"no schedule at any memory limit is faster than {fmt_time(front.floor, t)} (the bound without a limit)"
     )
     out = Path(args.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     columns = ("label", "limit", "peak_memory", "value", "bubble_rate", "lower_bound", "gap", "status")
     csv_path = out / f"{pipe.name}-frontier.csv"
     write_text(csv_path, rows_to_csv(rows, columns))

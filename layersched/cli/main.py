@@ -132,10 +132,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def _is_user_error(exc: Exception) -> bool:
     from layersched.describe.config import SpecError
+    from layersched.schedule.solve import NoScheduleError
     from layersched.schedule.templates import TemplateError
     from solvers import Deadlock, InvalidSchedule
 
-    return isinstance(exc, SpecError | TemplateError | InvalidSchedule | Deadlock | ValueError)
+    return isinstance(exc, SpecError | TemplateError | InvalidSchedule | Deadlock | NoScheduleError | ValueError)
 
 
 def cmd_solve(args, console: Console) -> int:
@@ -163,6 +164,7 @@ def cmd_solve(args, console: Console) -> int:
 
         pipe = replace(pipe, num_microbatches=args.microbatches)
     solver = args.solver or (None if args.schedule else pipe.default_solver)
+    _check_method_names(args, spec, solver)
     options = {}
     if solver in ("cpsat", "lns", "best"):
         options["time_limit"] = args.time_limit
@@ -188,6 +190,26 @@ def cmd_solve(args, console: Console) -> int:
         _summary(doc, console)
         console.print(f"wrote {args.out} (valid; {len(doc.tasks)} tasks, solved in {sol.runtime:.2f} s)")
     return 0
+
+
+def _check_method_names(args, spec, solver: str | None) -> None:
+    """A template or solver named in the problem file is checked before anything runs; an unknown one
+    is reported with the file and the field that names it (an option names itself)."""
+    from layersched.describe.config import SpecError
+    from layersched.schedule.templates import TemplateError, get_template
+    from solvers import solver_names
+
+    section = "pipeline" if spec.pipeline is not None else "training"
+    if solver is not None:
+        if solver not in [*solver_names(), "best"]:
+            where = "--solver" if args.solver else f"{args.problem}: {section}.solver"
+            raise SpecError(f"{where}: unknown solver {solver!r}; valid: {', '.join([*solver_names(), 'best'])}")
+        return
+    try:
+        get_template(args.schedule or (spec.pipeline or spec.training).schedule)
+    except (TemplateError, ValueError) as exc:
+        where = "--schedule" if args.schedule else f"{args.problem}: {section}.schedule"
+        raise SpecError(f"{where}: {exc}") from None
 
 
 def _load_checked(path: str):

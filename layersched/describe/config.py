@@ -18,6 +18,7 @@ Example
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -25,8 +26,15 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 NonNeg = Annotated[float, Field(ge=0)]
-NonNegInt = Annotated[int, Field(ge=0)]
-PosInt = Annotated[int, Field(ge=1)]
+MAX_INT = 10**15
+"""The largest whole number a file may hold (times in the file's unit, bytes, counts): with a million
+tasks their sum still fits a 64-bit integer, and so CP-SAT's domains, with room to spare."""
+NonNegInt = Annotated[int, Field(ge=0, le=MAX_INT)]
+PosInt = Annotated[int, Field(ge=1, le=MAX_INT)]
+Stages = Annotated[int, Field(ge=1, le=4096)]
+"""Pipeline stages, ranks and replicas: 1 to 4096."""
+Microbatches = Annotated[int, Field(ge=1, le=1_000_000)]
+"""Micro-batches per iteration: 1 to a million."""
 Placement = Literal["loop", "v"] | list[NonNegInt]
 """Which rank holds each stage: ``loop`` (stage s on rank s mod R), ``v`` (down then back up, as in
 ZB-V), or an explicit list with one rank per stage."""
@@ -37,7 +45,9 @@ class SpecError(ValueError):
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """Every model of a file: unknown keys refused, infinite and NaN numbers refused."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 # -- model ---------------------------------------------------------------------------------------
@@ -205,11 +215,11 @@ class ClusterSpec(Strict):
 class TrainingSpec(Strict):
     """How the model is trained: micro-batches, parallel degrees, schedule and objective."""
 
-    microbatches: PosInt
+    microbatches: Microbatches
     microbatch_size: PosInt = 1
-    pipeline: PosInt = 1
-    data_parallel: PosInt = 1
-    stages_per_rank: PosInt = 1
+    pipeline: Stages = 1
+    data_parallel: Stages = 1
+    stages_per_rank: Stages = 1
     placement: Placement | None = None
     """Which rank holds each stage (with ``stages_per_rank`` > 1): ``loop``, ``v`` or a list; default:
     the template's own, loop for the generic solvers."""
@@ -232,8 +242,8 @@ class StagePipelineSpec(Strict):
     template's own, loop for the generic solvers.
     """
 
-    stages: Annotated[int, Field(ge=1)]
-    microbatches: PosInt
+    stages: Stages
+    microbatches: Microbatches
     forward: NonNegInt | list[NonNegInt]
     backward_input: NonNegInt | list[NonNegInt]
     backward_weight: NonNegInt | list[NonNegInt]
@@ -241,7 +251,7 @@ class StagePipelineSpec(Strict):
     memory_forward: NonNegInt | list[NonNegInt] = 0
     memory_freed_by_weight: NonNegInt | list[NonNegInt] = 0
     memory_limit: PosInt | None = None
-    stages_per_rank: PosInt = 1
+    stages_per_rank: Stages = 1
     placement: Placement | None = None
     schedule: str = "1f1b"
     solver: str | None = None
@@ -301,23 +311,86 @@ class ProblemSpec(Strict):
 
 
 # -- loading -------------------------------------------------------------------------------------
+MAX_VALUES = 1_000_000
+"""The most values (mappings, lists and scalars, aliases expanded) a file may describe."""
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML's safe loader that refuses a key given twice in one mapping (the last would win silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, str | int | float | bool | None):
+                continue  # an unhashable key: the base loader says so
+            if key in seen:
+                why = f"key {key!r} appears twice (first on line {seen[key] + 1}); keep one"
+                raise yaml.constructor.ConstructorError(None, None, why, key_node.start_mark)
+            seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
+
+
+def _count_values(data, memo: dict[int, int]) -> int:
+    """How many values ``data`` holds once its shared parts (YAML aliases) are expanded."""
+    if not isinstance(data, dict | list):
+        return 1
+    if id(data) not in memo:
+        memo[id(data)] = 0  # a cycle counts once
+        items = data.values() if isinstance(data, dict) else data
+        memo[id(data)] = 1 + sum(_count_values(x, memo) for x in items)
+    return memo[id(data)]
+
+
 def read_data(path: str | Path, fmt: str | None = None) -> dict:
     """Parse a YAML or JSON file (by suffix, or ``fmt``) into a dict; `SpecError` naming the file on
-    a missing or unparsable file or a top level that is not a mapping."""
+    a missing, unreadable or non-UTF-8 file, unparsable text, a key given twice, aliases that expand
+    to more than `MAX_VALUES` values, or a top level that is not a mapping."""
     path = Path(path)
     try:
-        text = path.read_text()
+        raw = path.read_bytes()
     except OSError as exc:
         raise SpecError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise SpecError(
+            f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} on line {line}); save it as UTF-8"
+        ) from None
     is_json = (fmt or path.suffix.lstrip(".")) == "json"
     try:
-        data = json.loads(text) if is_json else yaml.safe_load(text)
-    except (yaml.YAMLError, json.JSONDecodeError) as exc:
-        first = str(exc).strip().splitlines()[0]
+        if is_json:
+            data = json.loads(text, object_pairs_hook=_unique_keys)
+        else:
+            data = yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader)
+    except RecursionError:
+        raise SpecError(f"{path}: nested too deeply to be a problem or schedule file") from None
+    except (yaml.YAMLError, json.JSONDecodeError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+            first = f"{exc.problem} (line {exc.problem_mark.line + 1})"
         raise SpecError(f"{path}: not valid {'JSON' if is_json else 'YAML'}: {first}") from None
+    try:
+        too_many = isinstance(data, dict | list) and _count_values(data, {}) > MAX_VALUES
+    except RecursionError:
+        raise SpecError(f"{path}: nested too deeply to be a problem or schedule file") from None
+    if too_many:
+        raise SpecError(f"{path}: holds more than {MAX_VALUES} values once its aliases are expanded; cut it down")
     if not isinstance(data, dict):
         raise SpecError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
     return data
+
+
+def _unique_keys(pairs: list[tuple]) -> dict:
+    keys = [k for k, _ in pairs]
+    twice = next((k for k in keys if keys.count(k) > 1), None)
+    if twice is not None:
+        raise ValueError(f"key {twice!r} appears twice in one object; keep one")
+    return dict(pairs)
+
+
+_UNION_TAG = re.compile(r"^(function-after|constrained-|list\[|literal\[|dict\[|int$|float$|str$|bool$)")
 
 
 def format_validation_error(path: str | Path, exc: ValidationError) -> str:
@@ -326,8 +399,11 @@ def format_validation_error(path: str | Path, exc: ValidationError) -> str:
     import difflib
 
     errors = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
+    for e in errors:  # the field's path, without pydantic's tags for a union's members and validators
+        e["loc"] = tuple(x for x in e["loc"] if not _UNION_TAG.match(str(x)))
+    errors = list({e["loc"]: e for e in reversed(errors)}.values())[::-1]  # one error per field
     err = errors[0]
-    loc = [str(x) for x in err["loc"] if not str(x).startswith("function-after")]
+    loc = [str(x) for x in err["loc"]]
     where = ".".join(loc) or "(top level)"
     kind, msg = err["type"], err["msg"]
     if kind == "extra_forbidden":

@@ -66,6 +66,13 @@ class Pipeline:
         """The rank of each stage: the problem's placement, else ``default``."""
         return placement(self.num_stages, self.num_ranks, self.placement or default)
 
+    def least_memory(self) -> int:
+        """The least per-rank memory limit under which any schedule exists (one micro-batch at a time):
+        the largest sum, over a rank's stages, of one forward's activations. A stage's ``I`` waits for
+        the forwards of every later stage, the rank's other stages among them, so they are all held."""
+        per_rank = np.bincount(self.stage_to_rank(), weights=self.mem_forward, minlength=self.num_ranks)
+        return int(per_rank.max())
+
     def overhead(self, kind: str) -> int:
         """The fixed cost of one action of ``kind`` (``F``, ``I``, ``W`` or ``B``)."""
         o = self.action_overhead

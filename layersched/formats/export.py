@@ -197,19 +197,63 @@ def save_json(doc: BaseModel, path: str | Path) -> None:
 
 
 def write_text(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically; see `write_bytes`."""
+    write_bytes(path, text.encode())
+
+
+def write_bytes(path: str | Path, data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically: a temporary file beside it, renamed into place, so a
+    reader never sees half a file and a failed write leaves the old file as it was.
+
+    Only a regular file is ever replaced: a path that names a directory, a device, a FIFO or a socket
+    is refused with a `SpecError` naming it, and so is an empty path. A symbolic link is followed on
+    purpose: the file it points to is replaced and the link stays. Missing parent folders are created.
+
+    >>> import tempfile
+    >>> out = Path(tempfile.mkdtemp()) / "sub" / "a.txt"
+    >>> write_bytes(out, b"hi").read_bytes()
+    b'hi'
+    >>> write_bytes(out.parent, b"x")
+    Traceback (most recent call last):
+    ...
+    layersched.describe.config.SpecError: ... is a directory; name a file to write
+    """
+    if str(path) == "":
+        raise SpecError("output path is empty; name a file to write")
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    if path.is_symlink():
+        path = path.resolve()
+    if path.exists() and not path.is_file():
+        what = (
+            "a directory; name a file to write"
+            if path.is_dir()
+            else "not a regular file (a device, FIFO or socket); layersched only replaces regular files"
+        )
+        raise SpecError(f"{path}: is {what}")
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise SpecError(f"{path}: cannot create its folder: a part of {path.parent} is a file") from None
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot create its folder ({exc.strerror or exc})") from None
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot write in {path.parent} ({exc.strerror or exc})") from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual permissions
         os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise SpecError(f"{path}: cannot write ({exc.strerror or exc})") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    return path
 
 
 def load_schedule(path: str | Path) -> ScheduleFile:

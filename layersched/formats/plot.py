@@ -1,7 +1,7 @@
 """Gantt chart of a schedule (one row per processor) with each rank's memory over time under it.
 
 F/I/W/B, all-reduce and update boxes have distinct colours and carry their micro-batch number;
-idle time is the white between them. Written as SVG, or PNG when the path ends in ``.png``.
+idle time is the white between them. Written as SVG, PNG or PDF, as the path's suffix says.
 
 Example
 -------
@@ -11,7 +11,6 @@ Example
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 import numpy as np
@@ -38,8 +37,10 @@ def plot_schedule(doc, path: str | Path, title: str | None = None) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from layersched.formats.export import to_problem, write_text
+    from layersched.formats.export import to_problem
+    from layersched.formats.report import figure_format, save_figure
 
+    figure_format(path)  # refuse a suffix we cannot honour before drawing anything
     problem, schedule = to_problem(doc)
     P, R = problem.num_processors, doc.pipeline.num_ranks
     t_unit, t_div = axis_unit(doc.time_unit)
@@ -107,18 +108,7 @@ def plot_schedule(doc, path: str | Path, title: str | None = None) -> Path:
     if R <= 16:
         axm.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     fig.tight_layout()
-    path = Path(path)
-    fmt = "png" if path.suffix.lower() == ".png" else "svg"
-    buf = io.BytesIO()
-    fig.savefig(buf, format=fmt, dpi=150 if fmt == "png" else None)
-    plt.close(fig)
-    if fmt == "png":
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_bytes(buf.getvalue())
-        tmp.replace(path)
-    else:
-        write_text(path, buf.getvalue().decode())
-    return path
+    return save_figure(fig, path)
 
 
 def plot_frontier(front, path: str | Path) -> Path:
@@ -130,8 +120,9 @@ def plot_frontier(front, path: str | Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from layersched.formats.report import save_figure
+    from layersched.formats.report import figure_format, save_figure
 
+    figure_format(path)
     pipe = front.pipe
     m_unit, m_div = axis_unit(pipe.memory_unit)
 
@@ -153,6 +144,4 @@ def plot_frontier(front, path: str | Path) -> Path:
     ax.set_title(f"{pipe.name}: memory-bubble frontier ({front.objective})", fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    path = Path(path)
-    save_figure(fig, path)
-    return path
+    return save_figure(fig, path)

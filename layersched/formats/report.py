@@ -104,15 +104,37 @@ def plot_rows(rows: list[dict], path: Path, title: str) -> None:
     save_figure(fig, path)
 
 
-def save_figure(fig, path: Path) -> None:
-    """Write a matplotlib figure to ``path`` (format from its suffix, PNG by default) atomically, and
-    close it."""
+FIGURE_FORMATS = ("png", "svg", "pdf")
+
+
+def figure_format(path: str | Path) -> str:
+    """The picture format a path's suffix names (``.png``, ``.svg`` or ``.pdf``); `SpecError` for any
+    other, so a file never holds another format than its name says.
+
+    >>> figure_format("a.PNG"), figure_format("b.svg")
+    ('png', 'svg')
+    """
+    from layersched.describe.config import SpecError
+
+    fmt = Path(path).suffix.lower().lstrip(".")
+    if fmt not in FIGURE_FORMATS:
+        raise SpecError(f"{path}: cannot draw a {fmt or 'suffix-less'} file; name it .png, .svg or .pdf")
+    return fmt
+
+
+def save_figure(fig, path: str | Path) -> Path:
+    """Render a matplotlib figure in the format its suffix names and write it atomically
+    (`layersched.formats.export.write_bytes`); the figure is closed either way."""
+    import io
+
     import matplotlib.pyplot as plt
 
-    tmp = path.with_name(f".{path.name}.tmp")
+    from layersched.formats.export import write_bytes
+
     try:
-        fig.savefig(tmp, format=path.suffix.lstrip(".") or "png")
-        tmp.replace(path)
+        fmt = figure_format(path)
+        buf = io.BytesIO()
+        fig.savefig(buf, format=fmt, dpi=150 if fmt == "png" else None)
     finally:
         plt.close(fig)
-        tmp.unlink(missing_ok=True)
+    return write_bytes(path, buf.getvalue())

@@ -63,10 +63,8 @@ class Frontier:
 
 
 def least_memory(pipe: Pipeline) -> int:
-    """The least per-rank memory limit under which a schedule exists (one micro-batch at a time):
-    the largest sum, over a rank's stages, of one forward's activations."""
-    per_rank = np.bincount(pipe.stage_to_rank(), weights=pipe.mem_forward, minlength=pipe.num_ranks)
-    return int(per_rank.max())
+    """The least per-rank memory limit under which a schedule exists (`Pipeline.least_memory`)."""
+    return pipe.least_memory()
 
 
 def frontier(

@@ -26,6 +26,26 @@ from layersched.schedule.templates import TemplateError, get_template, template_
 from solvers import Result, Schedule, time_orders, validate
 
 
+class NoScheduleError(RuntimeError):
+    """No schedule was found: proven infeasible, or none within the time limit. The message says which,
+    and the least memory limit where the memory limit is the cause."""
+
+
+def no_schedule(pipe: Pipeline, what: str, status: str) -> NoScheduleError:
+    """The error for ``what`` (a solver, or every candidate) finding nothing, with ``status``."""
+    least = pipe.least_memory()
+    if pipe.capacity is not None and pipe.capacity < least:
+        return NoScheduleError(
+            f"no schedule exists: the memory limit {pipe.capacity} {pipe.memory_unit} is below the least any "
+            f"schedule needs, {least} {pipe.memory_unit} (one micro-batch's activations of every stage on a rank); "
+            f"raise memory_limit to at least {least}"
+        )
+    if status == "infeasible":
+        return NoScheduleError(f"no schedule exists: {what} proved the problem infeasible")
+    hint = "raise --time-limit" if what.startswith("every template") else "raise --time-limit or try --solver best"
+    return NoScheduleError(f"no schedule found: {what} found none within the time limit ({status}); {hint}")
+
+
 @dataclass
 class Solution:
     """A validated schedule of a pipeline, with how it was made and what it costs."""
@@ -92,7 +112,10 @@ def solve_pipeline(
     if solver is None:
         name = schedule or pipe.default_schedule
         tpl = get_template(name)
-        stage_to_rank = placement(pipe.num_stages, pipe.num_ranks, tpl.placement)
+        if tpl.placement == "any":  # the template follows the problem's placement
+            stage_to_rank = pipe.stage_to_rank()
+        else:
+            stage_to_rank = placement(pipe.num_stages, pipe.num_ranks, tpl.placement)
         if pipe.placement is not None and pipe.stage_to_rank() != stage_to_rank:
             raise TemplateError(
                 f"template {name!r} places stages {tpl.placement} ({stage_to_rank}); the problem's placement "
@@ -111,7 +134,7 @@ def solve_pipeline(
         tasks = to_problem(build_graph(pipe, split_backward=split, stage_to_rank=pipe.stage_to_rank()), pipe.capacity)
         result = solve(tasks.problem, solver, objective=objective, **options)
         if result.schedule is None:
-            raise RuntimeError(f"solver {solver!r} found no schedule ({result.status})")
+            raise no_schedule(pipe, f"solver {solver!r}", result.status)
         sched, method = result.schedule, solver
     validate(tasks.problem, sched)
     metrics = schedule_metrics(
@@ -275,7 +298,10 @@ def solve_best(
     ]
     found += [s.solution for s in searches if s.solution is not None]
     if not found:
-        raise RuntimeError(f"no schedule fits: every template and solver failed ({tried})")
+        statuses = {s.status for s in searches}
+        raise no_schedule(
+            pipe, "every template, list scheduling and CP-SAT", statuses.pop() if len(statuses) == 1 else "unknown"
+        )
     best = min(found, key=lambda s: s.metrics["value"])
     bounds = [s.bound for s in searches if s.bound is not None]
     bound = min([*bounds, best.metrics["value"]])

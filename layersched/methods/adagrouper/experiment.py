@@ -84,7 +84,6 @@ def run(out_dir: Path, *, quick: bool = False, progress=None) -> BenchResult:
     plans = make_plans(GroupedWorkload(), KS)
     iteration = plans[0].predict(1.0)
     rows = table_rows(TRACES(iteration), 24 if quick else 100, plans=plans, progress=progress)
-    out_dir.mkdir(parents=True, exist_ok=True)
     png = out_dir / "adagrouper.png"
     _plot(rows, png)
     for r in rows:

@@ -157,7 +157,6 @@ def plot(rows: list[dict], path: Path) -> None:
 def run(out_dir: Path, *, quick: bool = False, progress=None) -> BenchResult:
     """Every model for 2 to 9 processors (``quick``: 2, 5 and 8); table rows, plot under ``out_dir``."""
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     processors = [2, 5, 8] if quick else list(range(2, 10))
     rows: list[dict] = []
     total = len(MODELS) * len(processors)

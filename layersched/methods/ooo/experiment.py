@@ -194,7 +194,6 @@ def plot(rows: list[dict], path: Path) -> None:
 def run(out_dir: Path, *, quick: bool = False, progress=None) -> BenchResult:
     """All three parts; writes ``ooo.png`` under ``out_dir``."""
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     rows = data_parallel(quick, 1.0 if quick else 10.0, progress) + single_device(quick) + pipeline(quick, progress)
     png = out_dir / "ooo.png"
     plot(rows, png)

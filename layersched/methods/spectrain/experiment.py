@@ -81,7 +81,6 @@ def run(out_dir: Path, *, quick: bool = False, progress=None) -> BenchResult:
     if progress:
         progress(0, 1, "training 4 modes")
     rows = table_rows(300 if quick else 1200, [0] if quick else [0, 1, 2])
-    out_dir.mkdir(parents=True, exist_ok=True)
     png = out_dir / "spectrain.png"
     _plot(rows, png)
     for r in rows:

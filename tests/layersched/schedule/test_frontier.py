@@ -10,7 +10,7 @@ from layersched.cli.main import main
 from layersched.describe.config import ProblemSpec
 from layersched.describe.stages import pipeline_from_spec
 from layersched.schedule.frontier import frontier, least_memory
-from layersched.schedule.solve import solve_pipeline
+from layersched.schedule.solve import NoScheduleError, solve_pipeline
 from tests.paths import DATA
 
 pytest.importorskip("ortools")
@@ -49,7 +49,7 @@ def test_least_memory_is_exact():
     pipe = small()
     least = least_memory(pipe)
     assert solve_pipeline(replace(pipe, capacity=least), solver="best", time_limit=5).metrics["value"] > 0
-    with pytest.raises(RuntimeError, match="no schedule fits"):
+    with pytest.raises(NoScheduleError, match=f"below the least any schedule needs, {least} unit"):
         solve_pipeline(replace(pipe, capacity=least - 1), solver="best", time_limit=5)
 
 

@@ -1,0 +1,254 @@
+"""Hostile input at the boundary: one line naming what to change, exit 2, no traceback, nothing half
+written, nothing that is not a regular file replaced. One test per class, then a fuzz test."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from layersched.cli.main import main
+from tests.paths import DATA
+
+SMALL = {
+    "name": "small",
+    "pipeline": {"stages": 2, "microbatches": 4, "forward": 2, "backward_input": 2, "backward_weight": 1},
+}
+
+
+def run(capsys, *args) -> tuple[int, list[str]]:
+    code = main([str(a) for a in args])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "Traceback" not in "\n".join(err)
+    return code, err
+
+
+def problem(tmp_path, data=SMALL, name="p.yaml"):
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+# -- options are checked when parsed ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["solve", "{p}", "--time-limit", "0"], "--time-limit: must be a finite number above 0, got 0"),
+        (["solve", "{p}", "--time-limit", "-5"], "--time-limit: must be a finite number above 0, got -5"),
+        (["solve", "{p}", "--time-limit", "nan"], "--time-limit: must be a finite number above 0, got nan"),
+        (["solve", "{p}", "--microbatches", "0"], "--microbatches: must be at least 1, got 0"),
+        (["partition", "problems/bert-large-v100.yaml", "-P", "0"], "--processors/-P: must be at least 1, got 0"),
+        (["show", "{p}", "--width", "0"], "--width: must be at least 1, got 0"),
+        (["bench", "zero-bubble", "--time-limit", "inf"], "--time-limit: must be a finite number above 0, got inf"),
+    ],
+)
+def test_bad_option_values_are_refused_when_parsed(tmp_path, capsys, args, needle):
+    p = problem(tmp_path)
+    code, err = run(capsys, *[a.format(p=p) for a in args])
+    assert code == 2 and needle in err[-1]
+
+
+# -- output paths ---------------------------------------------------------------------------------
+
+
+def test_output_paths(tmp_path, capsys):
+    p = problem(tmp_path)
+    solve = ["solve", p, "--schedule", "1f1b", "--quiet", "--out"]
+    code, err = run(capsys, *solve, tmp_path)
+    assert code == 2 and err == [f"layersched solve: error: {tmp_path}: is a directory; name a file to write"]
+    code, err = run(capsys, *solve, "")
+    assert code == 2 and "output path is empty" in err[0]
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    code, err = run(capsys, *solve, blocker / "s.json")
+    assert code == 2 and "is a file" in err[0] and blocker.read_text() == "x"
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    code, err = run(capsys, *solve, fifo)
+    assert code == 2 and "not a regular file" in err[0] and stat.S_ISFIFO(fifo.stat().st_mode)
+    # a missing folder is made; a symbolic link is followed, and stays a link
+    out = tmp_path / "new" / "deeper" / "s.json"
+    assert main([*map(str, solve), str(out)]) == 0 and json.loads(out.read_text())["format_version"]
+    link = tmp_path / "link.json"
+    link.symlink_to(out)
+    assert main([*map(str, solve), str(link)]) == 0 and link.is_symlink() and out.is_file()
+    # no temporary file is left behind by any of this
+    assert not [f for f in tmp_path.rglob(".*.tmp")]
+
+
+def test_dev_full_is_never_replaced(tmp_path, capsys):
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full on this system")
+    code, err = run(capsys, "solve", problem(tmp_path), "--schedule", "1f1b", "--quiet", "--out", "/dev/full")
+    assert code == 2 and "/dev/full: is not a regular file" in err[0]
+    assert stat.S_ISCHR(os.stat("/dev/full").st_mode)
+
+
+def test_plot_suffix_gives_that_format_or_is_refused(tmp_path, capsys):
+    s = tmp_path / "s.json"
+    assert main(["solve", str(problem(tmp_path)), "--schedule", "1f1b", "--quiet", "--out", str(s)]) == 0
+    assert main(["show", str(s), "--plot", str(tmp_path / "missing" / "g.png")]) == 0
+    assert (tmp_path / "missing" / "g.png").read_bytes()[:4] == b"\x89PNG"
+    assert main(["show", str(s), "--plot", str(tmp_path / "g.pdf")]) == 0
+    assert (tmp_path / "g.pdf").read_bytes()[:5] == b"%PDF-"
+    capsys.readouterr()
+    code, err = run(capsys, "show", s, "--plot", tmp_path / "g.txt")
+    assert code == 2 and "name it .png, .svg or .pdf" in err[0] and not (tmp_path / "g.txt").exists()
+
+
+def test_out_dir_naming_a_file(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    code, err = run(capsys, "bench", DATA / "suite-small.yaml", "--methods", "1f1b", "--quiet", "--out-dir", blocker)
+    assert code == 2 and "is a file" in err[0] and blocker.read_text() == "x"
+
+
+# -- input files ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name, content, needle",
+    [
+        ("dup.yaml", b"name: a\nname: b\n", "key 'name' appears twice (first on line 1); keep one"),
+        ("dup.json", b'{"name": "a", "name": "b"}', "key 'name' appears twice in one object"),
+        ("latin1.yaml", b"name: caf\xe9\n", "not UTF-8 text (byte 0xe9 on line 1); save it as UTF-8"),
+        ("inf.yaml", b"name: t\npipeline: {stages: 2, microbatches: 2, forward: .inf, backward_input: 1, "
+         b"backward_weight: 1}\n", "pipeline.forward: Input should be a finite number"),
+        ("big.yaml", b"name: t\npipeline: {stages: 2, microbatches: 2, forward: 4611686018427387904, "
+         b"backward_input: 1, backward_weight: 1}\n", "pipeline.forward: Input should be less than or equal to"),
+        ("stages.yaml", b"name: t\npipeline: {stages: 4611686018427387904, microbatches: 2, forward: 1, "
+         b"backward_input: 1, backward_weight: 1}\n", "pipeline.stages: Input should be less than or equal to 4096"),
+        ("deep.yaml", b"name: " + b"[" * 5000 + b"]" * 5000 + b"\n", "nested too deeply"),
+    ],
+)  # fmt: skip
+def test_bad_input_files(tmp_path, capsys, name, content, needle):
+    path = tmp_path / name
+    path.write_bytes(content)
+    code, err = run(capsys, "solve", path, "--out", tmp_path / "s.json")
+    assert code == 2 and len(err) == 1 and str(path) in err[0] and needle in err[0]
+    assert not (tmp_path / "s.json").exists()
+
+
+def test_yaml_aliases_cannot_expand_without_bound(tmp_path, capsys):
+    text = "a: &a [x, x, x, x, x, x, x, x, x, x]\n"
+    for i in range(1, 9):  # 10^9 values from a few hundred bytes
+        text += f"{chr(97 + i)}: &{chr(97 + i)} [" + ", ".join([f"*{chr(96 + i)}"] * 10) + "]\n"
+    path = tmp_path / "bomb.yaml"
+    path.write_text(text)
+    code, err = run(capsys, "solve", path)
+    assert code == 2 and "holds more than 1000000 values once its aliases are expanded" in err[0]
+
+
+def test_template_or_solver_named_in_the_file_names_the_file_and_field(tmp_path, capsys):
+    bad = {**SMALL, "pipeline": {**SMALL["pipeline"], "schedule": "zb-h9"}}
+    code, err = run(capsys, "solve", problem(tmp_path, bad))
+    assert code == 2 and f"{tmp_path / 'p.yaml'}: pipeline.schedule: unknown schedule 'zb-h9'" in err[0]
+    bad = {**SMALL, "pipeline": {**SMALL["pipeline"], "solver": "nope"}}
+    code, err = run(capsys, "solve", problem(tmp_path, bad))
+    assert code == 2 and "pipeline.solver: unknown solver 'nope'; valid: cpsat, heft, list, lns, best" in err[0]
+
+
+# -- no schedule found --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("solver", ["list", "heft", "cpsat", "lns", "best"])
+def test_no_schedule_is_one_line_with_the_least_memory(tmp_path, capsys, solver):
+    tight = {**SMALL, "pipeline": {**SMALL["pipeline"], "memory_forward": 4, "memory_limit": 3}}
+    code, err = run(capsys, "solve", problem(tmp_path, tight), "--solver", solver, "--time-limit", "2", "--quiet")
+    assert code == 2 and len(err) == 1
+    assert "the memory limit 3 unit is below the least any schedule needs, 4 unit" in err[0]
+    assert "raise memory_limit to at least 4" in err[0]
+
+
+# -- fuzz: mutations of valid files through the CLI entry point ----------------------------------------
+
+VALUES = st.sampled_from([0, -1, 1, 3, 2**62, 1e30, float("nan"), float("inf"), "x", "", None, [], {}, [1, 2], True])
+
+
+def _mutate(data, draw_path, value, how):
+    """Replace, delete or add one key somewhere in ``data`` (a copy)."""
+    data = json.loads(json.dumps(data))
+    node = data
+    for key in draw_path[:-1]:
+        if not isinstance(node, dict) or key not in node:
+            break
+        node = node[key]
+    if not isinstance(node, dict):
+        return data
+    key = draw_path[-1] if draw_path[-1] in node else next(iter(node), "name")
+    if how == "replace":
+        node[key] = value
+    elif how == "delete":
+        node.pop(key, None)
+    else:
+        node[f"{key}_extra"] = value
+    return data
+
+
+KEYS = [
+    ["name"], ["pipeline"], ["pipeline", "stages"], ["pipeline", "microbatches"], ["pipeline", "forward"],
+    ["pipeline", "backward_input"], ["pipeline", "transfer"], ["pipeline", "memory_forward"],
+    ["pipeline", "memory_limit"], ["pipeline", "stages_per_rank"], ["pipeline", "placement"],
+    ["pipeline", "schedule"], ["pipeline", "objective"],
+]  # fmt: skip
+BASE = {
+    "name": "fuzz",
+    "pipeline": {
+        "stages": 4, "microbatches": 4, "forward": 2, "backward_input": 2, "backward_weight": 1, "transfer": 1,
+        "memory_forward": 4, "memory_freed_by_weight": 1, "memory_limit": 16, "stages_per_rank": 1,
+    },
+}  # fmt: skip
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    path=st.sampled_from(KEYS),
+    value=VALUES,
+    how=st.sampled_from(["replace", "delete", "add"]),
+    form=st.sampled_from(["yaml", "json", "truncated", "bytes", "duplicate"]),
+    cut=st.integers(0, 200),
+    junk=st.binary(min_size=1, max_size=8),
+)
+def test_fuzz_problem_files_exit_0_or_2_without_traceback(tmp_path, capsys, path, value, how, form, cut, junk):
+    data = _mutate(BASE, path, value, how)
+    text = json.dumps(data) if form == "json" else yaml.safe_dump(data)
+    raw = text.encode()
+    if form == "truncated":
+        raw = raw[: cut % (len(raw) + 1)]
+    elif form == "duplicate":
+        raw += b"name: again\n"
+    elif form == "bytes":
+        raw = raw[: cut % (len(raw) + 1)] + junk + raw[cut % (len(raw) + 1) :]
+    f = tmp_path / ("p.json" if form == "json" else "p.yaml")
+    f.write_bytes(raw)
+    out = tmp_path / "s.json"
+    out.unlink(missing_ok=True)
+    code = main(["solve", str(f), "--solver", "list", "--quiet", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code in (0, 2) and "Traceback" not in err
+    assert (code == 0) == out.exists()
+    if code == 2:
+        assert len(err.strip().splitlines()) == 1 and err.startswith("layersched solve: error: ")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(key=st.sampled_from(["format_version", "tasks", "actions", "metrics", "pipeline", "name", "objective"]),
+       value=VALUES, how=st.sampled_from(["replace", "delete"]))  # fmt: skip
+def test_fuzz_schedule_files_for_show_validate_export(tmp_path, capsys, key, value, how):
+    s = tmp_path / "s.json"
+    if not s.exists():
+        assert main(["solve", str(DATA / "zb-1.5b.yaml"), "--schedule", "1f1b", "--quiet", "--out", str(s)]) == 0
+    data = _mutate(json.loads(s.read_text()), [key], value, how)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(data))
+    for command in (["validate", str(bad)], ["show", str(bad), "--width", "20"], ["export", str(bad)]):
+        code = main(command)
+        err = capsys.readouterr().err
+        assert code in (0, 2) and "Traceback" not in err, (command, err)
