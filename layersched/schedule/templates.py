@@ -539,6 +539,23 @@ def zb_greedy(pipe: Pipeline) -> list[list[str]]:
     return min((tl for tl in runs if max(tl.peak) <= cap), key=lambda tl: tl.span).orders
 
 
+@template("chunk-greedy", split_backward=True, placement="any", stages_per_rank=(1, None))
+def chunk_greedy_template(pipe: Pipeline) -> list[list[str]]:
+    """Memory-bounded greedy for any placement and stages per rank: I first, forwards while memory allows.
+
+    See `layersched.schedule.greedy`: the rank that can act earliest runs an ``I``, else a forward that
+    fits (a micro-batch reserves all its stages' activations on a rank when it starts there), else a
+    ``W``; four priority variants, the fastest kept. It follows the problem's placement (loop when the
+    problem gives none), so it is the one template for placements the others do not cover.
+    """
+    from layersched.schedule.greedy import chunk_greedy
+
+    try:
+        return chunk_greedy(pipe)
+    except ValueError as exc:
+        raise TemplateError(f"schedule 'chunk-greedy': {exc}") from None
+
+
 @template("ooo", split_backward=True)
 def ooo(pipe: Pipeline) -> list[list[str]]:
     """Out-of-order backprop: 1F1B order with I first (sent at once), W passes moved into idle time.

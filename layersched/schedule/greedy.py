@@ -1,0 +1,155 @@
+"""A memory-bounded greedy for any placement and any number of stages per rank.
+
+Zero Bubble's heuristic (`templates.zb_greedy`) assumes one stage per rank. This one simulates the
+whole pipeline instead: the rank that can act earliest acts next, on what has arrived by then:
+
+1. a backward for inputs (``I``) first: it feeds the rank below and frees memory;
+2. else a forward (``F``), while memory allows. With ``reserve="all"`` a micro-batch *reserves* the
+   activations of all its stages on a rank when its first forward there starts, so its later
+   forwards always fit and no rank can fill its memory with micro-batches that cannot finish: no
+   deadlock at any limit of at least `Pipeline.least_memory`. Lighter rules (``"oldest"``: keep room
+   for the oldest micro-batch still forwarding on the rank; ``"none"``: only the pass's own room)
+   fit more forwards but can stall; a variant that stalls is dropped;
+3. else a weight pass (``W``), which fills the gap and frees memory.
+
+Variants order the ready passes by micro-batch then stage (``depth``: finish what is in flight), by
+stage then micro-batch (``breadth``), or in groups of as many micro-batches as ranks, stage by stage
+within a group (``grouped``: Megatron's interleaving), and put ``I`` before or after ``F``;
+`chunk_greedy` keeps the fastest variant.
+
+Example
+-------
+>>> from layersched.describe.config import ProblemSpec
+>>> from layersched.describe.stages import pipeline_from_spec
+>>> pipe = pipeline_from_spec(ProblemSpec.model_validate({"name": "t", "pipeline": {
+...     "stages": 4, "stages_per_rank": 2, "placement": "v", "microbatches": 4, "forward": 2,
+...     "backward_input": 2, "backward_weight": 1, "memory_forward": 1, "memory_freed_by_weight": 0,
+...     "memory_limit": 4}}))
+>>> orders = chunk_greedy(pipe)
+>>> [len(o) for o in orders], orders[0][:3]
+([24, 24], ['0F0', '0F1', '0F2'])
+"""
+
+from __future__ import annotations
+
+from itertools import product
+
+import numpy as np
+
+from layersched.describe.stages import Pipeline
+
+
+def simulate(
+    pipe: Pipeline, cap: float, *, order: str, backward_first: bool, reserve: str = "all"
+) -> tuple[list[list[str]], int] | None:
+    """Per-rank compute orders of one greedy variant and their steady-state span (each pass starts as
+    early as its rank and input allow: the earliest-start timing of these orders), or None when the
+    variant cannot go on. Memory never exceeds ``cap``: every forward is covered by a reservation."""
+    S, m, R = pipe.num_stages, pipe.num_microbatches, pipe.num_ranks
+    rank = pipe.stage_to_rank()
+    dur = {
+        k: [int(t) + pipe.overhead(k) for t in x]
+        for k, x in (("F", pipe.forward), ("I", pipe.backward_input), ("W", pipe.backward_weight))
+    }
+    mf, mw = pipe.mem_forward.tolist(), pipe.mem_freed_by_weight.tolist()
+    c = pipe.transfer.tolist()
+    mine = [[s for s in range(S) if rank[s] == r] for r in range(R)]
+    first_stage = [min(st) for st in mine]
+    footprint = [sum(mf[s] for s in st) for st in mine]
+    end: dict[tuple[str, int, int], int] = {}
+    nxt = {k: [0] * S for k in "FIW"}  # next micro-batch of each kind per stage (micro-batch order)
+    free, mem, reserves, first = [0] * R, [0] * R, [0] * R, [None] * R
+    todo_here: list[dict[int, int]] = [{} for _ in range(R)]  # micro-batch -> activations still to come here
+    orders: list[list[str]] = [[] for _ in range(R)]
+
+    def arrival(k: str, s: int, i: int) -> int | None:
+        """When the input of pass ``k`` of micro-batch ``i`` on stage ``s`` is there (None: not yet)."""
+        if k == "F":
+            if s == 0:
+                return 0
+            e = end.get(("F", s - 1, i))
+            return None if e is None else e + (c[s - 1] if rank[s - 1] != rank[s] else 0)
+        if k == "I":
+            if s == S - 1:
+                return end.get(("F", s, i))
+            e = end.get(("I", s + 1, i))
+            return None if e is None else e + (c[s] if rank[s + 1] != rank[s] else 0)
+        return end.get(("I", s, i))
+
+    def fits(r: int, s: int, i: int) -> bool:
+        if reserve == "none":  # only the pass's own room: may stall (the variant is then dropped)
+            return mem[r] + mf[s] <= cap
+        if reserve == "all":
+            if s == first_stage[r]:  # a new micro-batch on this rank reserves all its stages here
+                return mem[r] + reserves[r] + footprint[r] <= cap
+            return True  # reserved when its first forward here started
+        # "oldest": after this forward, the oldest micro-batch still forwarding here can finish here
+        left = dict(todo_here[r])
+        left[i] = left.get(i, footprint[r]) - mf[s]
+        oldest = min((j for j, need in left.items() if need > 0), default=None)
+        return mem[r] + mf[s] + (left[oldest] if oldest is not None else 0) <= cap
+
+    def candidates(r: int):
+        """(start, priority, kind, stage) of each pass of rank r whose input is known."""
+        out = []
+        for s in mine[r]:
+            for k in "FIW":
+                i = nxt[k][s]
+                if i >= m or (k == "F" and not fits(r, s, i)):
+                    continue
+                a = arrival(k, s, i)
+                if a is None:
+                    continue
+                start = max(free[r], a)
+                rank_kind = {"I": 0, "F": 1, "W": 2} if backward_first else {"F": 0, "I": 1, "W": 2}
+                way = -s if k == "I" else s  # the direction the pass travels along the stages
+                key = {"depth": (i, -s), "breadth": (way, i), "grouped": (i // R, way, i)}[order]
+                out.append((start, (rank_kind[k], *key), k, s))
+        return out
+
+    todo = 3 * S * m
+    while todo:
+        best = None
+        for r in range(R):
+            cand = candidates(r)
+            if not cand:
+                continue
+            t = min(x[0] for x in cand)
+            now = [x for x in cand if x[0] <= t]  # everything ready at the rank's next decision time
+            pick = min(now, key=lambda x: x[1])
+            if best is None or (t, r) < (best[0], best[1]):
+                best = (t, r, pick)
+        if best is None:
+            return None  # nothing can move: memory holds only what cannot finish
+        t, r, (_, _, k, s) = best
+        i = nxt[k][s]
+        end[(k, s, i)] = free[r] = t + dur[k][s]
+        first[r] = t if first[r] is None else first[r]
+        nxt[k][s] += 1
+        if k == "F":
+            reserves[r] += (footprint[r] if s == first_stage[r] else 0) - mf[s]
+            todo_here[r][i] = todo_here[r].get(i, footprint[r]) - mf[s]
+            if todo_here[r][i] == 0:
+                del todo_here[r][i]
+            mem[r] += mf[s]
+        else:
+            mem[r] -= (mf[s] - mw[s]) if k == "I" else mw[s]
+        orders[r].append(f"{s}{k}{i}")
+        todo -= 1
+    return orders, max(free[r] - first[r] for r in range(R))
+
+
+def chunk_greedy(pipe: Pipeline) -> list[list[str]]:
+    """The fastest greedy variant (by steady-state span of its compute passes) within the memory
+    limit; `ValueError` when the limit is below `Pipeline.least_memory`."""
+    cap = np.inf if pipe.capacity is None else pipe.capacity
+    if cap < pipe.least_memory():
+        raise ValueError(f"memory limit {pipe.capacity} is below the least any schedule needs, {pipe.least_memory()}")
+    runs = [
+        simulate(pipe, cap, order=o, backward_first=b, reserve=a)
+        for o, b, a in product(("depth", "breadth", "grouped"), (True, False), ("all", "oldest", "none"))
+    ]
+    runs = [run for run in runs if run is not None]
+    if not runs:
+        raise ValueError("every greedy variant stopped: nothing could move within the memory limit")
+    return min(runs, key=lambda run: run[1])[0]
