@@ -94,7 +94,7 @@ def test_bundled_suite_is_found_from_any_directory(tmp_path, monkeypatch, capsys
     monkeypatch.chdir(tmp_path)
     assert main(["bench", "zero-bubble", "--out-dir", "out", "--quiet", "--methods", "1f1b"]) == 0
     rows = list(csv.DictReader((tmp_path / "out" / "zero-bubble.csv").open()))
-    assert {r["problem"] for r in rows} == {"zb-1.5b", "zb-6.2b", "zb-14.6b"}
+    assert {r["problem"] for r in rows} == {"zb-1.5b", "zb-6.2b", "zb-14.6b", "zb-v-6.2b", "zb-interleaved-1.5b"}
     assert {r["method"] for r in rows} == {"1f1b"}
 
 
