@@ -35,23 +35,23 @@ def positive_int(text: str) -> int:
 
 def positive_float(text: str) -> float:
     """A finite number above 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number above 0, got {text}")
-    return value
+    return _finite(text, above=0.0)
 
 
 def non_negative_float(text: str) -> float:
     """A finite number of at least 0."""
+    return _finite(text, at_least=0.0)
+
+
+def _finite(text: str, *, above: float | None = None, at_least: float | None = None) -> float:
     try:
         value = float(text)
     except ValueError:
         value = math.nan
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number of at least 0, got {text}")
+    too_low = (above is not None and value <= above) or (at_least is not None and value < at_least)
+    if not math.isfinite(value) or too_low:
+        bound = f"above {above:g}" if above is not None else f"of at least {at_least:g}"
+        raise argparse.ArgumentTypeError(f"must be a finite number {bound}, got {text}")
     return value
 
 
