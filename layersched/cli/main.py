@@ -120,6 +120,15 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
     try:
         return COMMANDS[args.command](args, console)
+    except ModuleNotFoundError as exc:
+        if args.debug or (exc.name or "").split(".")[0] != "torch":
+            raise
+        print(
+            f"layersched {args.command}: error: this command needs torch, which is not installed; "
+            "pip install 'layersched[torch]' (on these machines: pip install torch==2.13.0)",
+            file=sys.stderr,
+        )
+        return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         console.print("interrupted", style="red")
         return 130

@@ -105,7 +105,7 @@ def plot_schedule(doc, path: str | Path, title: str | None = None) -> Path:
         axm.text(0, c / m_div, " limit", va="bottom", fontsize=8)
     axm.set_ylabel(f"memory ({m_unit})")
     axm.set_xlabel(f"time ({t_unit})")
-    if R <= 16:
+    if R <= 16 and axm.get_lines():
         axm.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     fig.tight_layout()
     return save_figure(fig, path)

@@ -41,6 +41,24 @@ class RunFailed(RuntimeError):
     """A rank failed or the run timed out; the message names the rank and the cause."""
 
 
+def check_device(device: str | None, processes: int = 1) -> None:
+    """`ValueError` with one line, before any process starts, when ``device`` cannot serve
+    ``processes`` ranks here: CUDA asked for on a build or machine without it, or fewer GPUs than
+    ranks (NCCL gives each rank a GPU of its own)."""
+    if device not in (None, "cpu", "cuda"):
+        raise ValueError(f"--device {device!r}: use 'cpu' or 'cuda'")
+    if device != "cuda":
+        return
+    if not torch.cuda.is_available():
+        why = "this torch build has no CUDA" if torch.version.cuda is None else "no CUDA device is visible"
+        raise ValueError(f"--device cuda: {why} (torch {torch.__version__}); use --device cpu")
+    if torch.cuda.device_count() < processes:
+        raise ValueError(
+            f"--device cuda: {processes} ranks need {processes} GPUs (one each for NCCL), this machine has "
+            f"{torch.cuda.device_count()}; use fewer ranks or --device cpu"
+        )
+
+
 def pick_device(device: str | None, local_rank: int) -> tuple[torch.device, str]:
     """The device of a rank and its backend: ``cuda:<local_rank>`` with NCCL, or the CPU with gloo
     (``device=None``: CUDA when available)."""
@@ -148,6 +166,7 @@ def launch_jobs(
         if job.world_size != world:
             raise ValueError(f"jobs need {world} and {job.world_size} processes; launch them separately")
         prepare(job, world)  # every static check, before any process starts
+    check_device(device, world)
     results = run_processes(
         _run_jobs, world, (jobs,), before=_prepare_jobs, timeout=timeout, device=device, threads=threads
     )

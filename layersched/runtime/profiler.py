@@ -448,6 +448,9 @@ def profile(
     Measuring the link (with the builder named by a string) also runs the model for a few steps on
     two local ranks (`measure_runtime`): the runner's cost per action of each kind and the latency
     of its messages."""
+    from layersched.runtime.launch import check_device
+
+    check_device(device)
     dev = torch.device("cuda", 0) if device == "cuda" else torch.device(device)
     w = load_workload(model, microbatch_size=microbatch, **(model_options or {}))
     x, y = w.batches(0, 1)[0]

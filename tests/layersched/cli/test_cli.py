@@ -212,36 +212,20 @@ def test_built_wheel_works_outside_the_checkout(tmp_path):
     work.mkdir()
     shutil.copy(DATA / "zb-1.5b.yaml", work)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    where = subprocess.run(
-        [py, "-c", "import layersched, solvers; print(layersched.__file__, solvers.__file__)"],
-        cwd=work,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    assert str(ROOT) not in where, f"imported from the checkout: {where}"
+
+    def there(*args) -> subprocess.CompletedProcess:  # run in the new environment, outside the checkout
+        return subprocess.run(list(args), cwd=work, env=env, capture_output=True, text=True, timeout=120)
+
+    where = there(py, "-c", "import layersched, solvers; print(layersched.__file__, solvers.__file__)")
+    assert where.returncode == 0, where.stderr
+    assert str(ROOT) not in where.stdout, f"imported from the checkout: {where.stdout}"
     exe = env_dir / "bin" / "layersched"
-    r = subprocess.run(
-        [exe, "solve", "zb-1.5b.yaml", "--out", "s.json"],
-        cwd=work,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    r = there(exe, "solve", "zb-1.5b.yaml", "--out", "s.json")
     assert r.returncode == 0, r.stderr
     assert "bubble rate 0.2431" in r.stdout
-    r = subprocess.run([exe, "validate", "s.json"], cwd=work, env=env, capture_output=True, text=True, timeout=120)
+    r = there(exe, "validate", "s.json")
     assert r.returncode == 0, r.stderr
     # the bundled suites ship in the wheel and are found by name from any directory
-    r = subprocess.run(
-        [exe, "bench", "zero-bubble", "--methods", "1f1b", "--quiet", "--out-dir", "b"],
-        cwd=work,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    r = there(exe, "bench", "zero-bubble", "--methods", "1f1b", "--quiet", "--out-dir", "b")
     assert r.returncode == 0, r.stderr
     assert "zb-14.6b" in r.stdout and (work / "b" / "zero-bubble.csv").is_file()

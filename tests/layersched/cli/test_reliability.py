@@ -252,3 +252,40 @@ def test_fuzz_schedule_files_for_show_validate_export(tmp_path, capsys, key, val
         code = main(command)
         err = capsys.readouterr().err
         assert code in (0, 2) and "Traceback" not in err, (command, err)
+
+
+# -- missing optional parts --------------------------------------------------------------------------------
+
+
+def test_a_torch_command_without_torch_names_the_extra(tmp_path):
+    """`profile` where torch cannot be imported: one line naming the extra, not a traceback."""
+    import subprocess
+    import sys
+
+    from tests.paths import ROOT
+
+    code = (
+        "import sys\n"
+        "class NoTorch:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] == 'torch':\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+        "sys.meta_path.insert(0, NoTorch())\n"
+        "from layersched.cli.main import main\n"
+        f"out = {str(tmp_path / 'x.yaml')!r}\n"
+        "sys.exit(main(['profile', 'examples/models.py:mlp', '--microbatch', '4', '--out', out]))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "needs torch" in lines[0] and "layersched[torch]" in lines[0]
+    assert not (tmp_path / "x.yaml").exists()
+
+
+def test_cuda_asked_for_where_there_is_none(tmp_path, capsys):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    code, err = run(capsys, "profile", "examples/models.py:mlp", "--microbatch", "4", "--out", tmp_path / "x.yaml",
+                    "--device", "cuda")  # fmt: skip
+    assert code == 2 and "--device cuda:" in err[0] and "use --device cpu" in err[0]
