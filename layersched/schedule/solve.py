@@ -263,9 +263,10 @@ def solve_best(
     """The best schedule of every template that fits (memory included), list scheduling and CP-SAT,
     with a lower bound that holds for everything searched.
 
-    CP-SAT searches, at the problem's placement (else the best template's), the split-backward graph and, unless
-    `fused_is_dominated`, the fused-backward graph too (each for half the time limit), each seeded
-    with the best template of that mode and the list schedule. The result is the fastest of all
+    CP-SAT searches, at the problem's placement (else the best template's), the split-backward graph
+    and, unless `fused_is_dominated`, the fused-backward graph too; the searches share what the
+    templates left of ``time_limit``. Each is seeded with the best template of its mode and the list
+    schedule. The result is the fastest of all
     candidates, templates included. The reported bound is the smallest of the searched modes' proven
     bounds: no schedule of either backward mode at that placement is faster.
 
@@ -292,10 +293,10 @@ def solve_best(
     else:
         stage_to_rank = leader.stage_to_rank
     modes = [True] if fused_is_dominated(pipe) else [True, False]
-    searches = [
-        _search_mode(pipe, split, stage_to_rank, found, objective, time_limit / len(modes), workers, progress, tried)
-        for split in modes
-    ]
+    searches = []
+    for k, split in enumerate(modes):  # the time left after the templates, shared by the searches left
+        share = max(0.5, (t0 + time_limit - time.perf_counter()) / (len(modes) - k))
+        searches.append(_search_mode(pipe, split, stage_to_rank, found, objective, share, workers, progress, tried))
     found += [s.solution for s in searches if s.solution is not None]
     if not found:
         statuses = {s.status for s in searches}

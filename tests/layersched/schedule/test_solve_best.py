@@ -89,3 +89,25 @@ def test_split_backward_alone_is_searched_where_it_covers_fused():
     assert set(sol.info["searched"]) == {"split"}
     # never worse than the best single template, which it also lists
     assert sol.metrics["value"] <= solve_pipeline(pipe, schedule="zb-h1").metrics["value"]
+
+
+def test_cpsat_searches_on_large_memory_instances_instead_of_stalling_in_presolve():
+    """Zero Bubble's 1.5B with 64 micro-batches: 294,912 pairs of memory events. Expanded into pairwise
+    precedences, presolve took the whole 8 s and CP-SAT stopped with UNKNOWN (the hint came back);
+    kept as reservoirs, it searches and reports its own FEASIBLE (or OPTIMAL)."""
+    from dataclasses import replace
+
+    import solvers.cpsat as cpsat_module
+    from layersched.describe.config import load_problem
+    from layersched.describe.stages import pipeline_from_spec
+    from layersched.schedule.solve import symmetry_chains
+    from tests.paths import PROBLEMS
+
+    pipe = replace(pipeline_from_spec(load_problem(PROBLEMS / "zb-1.5b.yaml")), num_microbatches=64)
+    sol = solve_pipeline(pipe, schedule="zb-h1")
+    assert cpsat_module._reservoir_pairs(sol.tasks.problem) > cpsat_module.RESERVOIR_EXPANSION_LIMIT
+    r = cpsat_module.cpsat(
+        sol.tasks.problem, objective="span", time_limit=8, hint=sol.schedule, symmetry=symmetry_chains(sol.tasks)
+    )
+    assert r.info["cp_status"] in ("FEASIBLE", "OPTIMAL"), r.info
+    assert r.objective <= sol.metrics["value"]
