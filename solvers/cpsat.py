@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import threading
 import time
 from collections.abc import Callable, Sequence
 
@@ -133,10 +134,12 @@ def cpsat(
         # whose presolve outlasted a 20 s limit by 25% and then stopped with UNKNOWN before any search
         solver.parameters.expand_reservoir_constraints = False
     callback = _Progress(progress, t0) if progress is not None else None
-    code = solver.solve(model.model, callback)
+    code, interrupted = _solve_interruptibly(solver, model.model, callback)
     if code == cp_model.MODEL_INVALID:
         raise RuntimeError(f"cpsat: invalid model: {model.model.validate()}")
     info = {"cp_status": solver.status_name(code), "cp_wall_time": solver.wall_time, "source": "cpsat"}
+    if interrupted:
+        info["interrupted"] = True
     if hint_note:
         info["hint"] = hint_note
 
@@ -157,6 +160,40 @@ def cpsat(
         bound = min(bound, value)
         status = "optimal" if bound >= value else "feasible"
     return Result(schedule, status, value, bound, time.perf_counter() - t0, "cpsat", objective, info)
+
+
+def _solve_interruptibly(solver: cp_model.CpSolver, model: cp_model.CpModel, callback) -> tuple[int, bool]:
+    """Solve, stopping within a tenth of a second of Ctrl-C; the status and whether it was interrupted.
+
+    CP-SAT would catch SIGINT itself and return as if its time were up, so nobody could tell. Here
+    the search runs in a worker thread while the main thread, where Python delivers Ctrl-C, waits in
+    short joins; a `KeyboardInterrupt` there stops the search and the result is marked interrupted.
+    Off the main thread (no signal reaches it) the solve runs directly."""
+    if threading.current_thread() is not threading.main_thread():
+        return solver.solve(model, callback), False
+    solver.parameters.catch_sigint_signal = False
+    out: dict = {}
+    done = threading.Event()  # not Thread.join: a join cut by Ctrl-C can report a live thread as ended
+
+    def run() -> None:
+        try:
+            out["code"] = solver.solve(model, callback)
+        except BaseException as exc:  # handed to the caller's thread below
+            out["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="cp-sat", daemon=True).start()
+    interrupted = False
+    while not done.is_set():
+        try:
+            done.wait(0.1)
+        except KeyboardInterrupt:
+            interrupted = True
+            solver.stop_search()
+    if "error" in out:
+        raise out["error"]
+    return out["code"], interrupted
 
 
 RESERVOIR_EXPANSION_LIMIT = 200_000

@@ -95,13 +95,14 @@ def cpsat_lns(
         log=log,
         time_limit=time_limit if n <= window else min(time_limit / 4, 5 * step_limit),
     )
-    if n <= window or whole.schedule is None or whole.status == "optimal":
+    if n <= window or whole.schedule is None or whole.status == "optimal" or whole.info.get("interrupted"):
         return dataclasses.replace(whole, solver="lns", runtime=time.perf_counter() - t0)
     bound = whole.lower_bound
     current, value = whole.schedule, whole.objective
     rng = np.random.default_rng(seed)
     steps = improvements = 0
-    while value > bound:
+    interrupted = False
+    while value > bound and not interrupted:
         left = time_limit - (time.perf_counter() - t0)
         if left <= 0.05:
             break
@@ -117,6 +118,7 @@ def cpsat_lns(
             log=log,
         )
         steps += 1
+        interrupted = bool(step.info.get("interrupted"))  # Ctrl-C: keep what this step found, then stop
         if step.schedule is not None and step.objective <= value:
             if step.objective < value:
                 improvements += 1
@@ -139,7 +141,8 @@ def cpsat_lns(
         time.perf_counter() - t0,
         "lns",
         objective,
-        {"steps": steps, "improvements": improvements, "window": window},
+        {"steps": steps, "improvements": improvements, "window": window}
+        | ({"interrupted": True} if interrupted else {}),
     )
 
 

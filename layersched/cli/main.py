@@ -18,6 +18,7 @@ from layersched.cli.options import add_quiet, add_time_limit, positive_int
 from layersched.formats.units import fmt_mem, fmt_time
 
 EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130
 
 EPILOG = """examples:
   layersched solve problems/zb-1.5b.yaml --schedule 1f1b --out schedule.json
@@ -130,8 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
-        console.print("interrupted", style="red")
-        return 130
+        print(f"layersched {args.command}: interrupted; nothing written", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except Exception as exc:  # one clear line; the traceback only on request
         if args.debug or not _is_user_error(exc):
             raise
@@ -198,6 +199,15 @@ def cmd_solve(args, console: Console) -> int:
             console.print(f"candidates: {fits}; CP-SAT status {sol.info.get('cpsat_status')}")
         _summary(doc, console)
         console.print(f"wrote {args.out} (valid; {len(doc.tasks)} tasks, solved in {sol.runtime:.2f} s)")
+    if sol.info.get("interrupted"):  # said even with --quiet: the file holds an unfinished search
+        m = doc.metrics
+        gap = (m["value"] - m["lower_bound"]) / m["value"] if m["value"] else 0.0
+        print(
+            f"layersched solve: interrupted: wrote the best schedule found so far to {args.out} "
+            f"({doc.objective} {fmt_time(m['value'], pipe.time_unit)}, gap {gap:.2%} to the bound)",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
     return 0
 
 
@@ -223,11 +233,17 @@ def _check_method_names(args, spec, solver: str | None) -> None:
 
 def _load_checked(path: str):
     """Load a schedule file and validate it completely: timing, memory, and action lists."""
-    from layersched.formats.export import check_actions, load_schedule, to_problem
+    from layersched.formats.export import check_actions, check_structure, load_schedule, to_problem
     from layersched.schedule.metrics import schedule_metrics
     from solvers import validate
 
     doc = load_schedule(path)
+    try:
+        check_structure(doc)  # the graph the pipeline record describes, not the stored edges
+    except ValueError as exc:
+        from layersched.describe.config import SpecError
+
+        raise SpecError(f"{path}: {exc}") from None
     problem, schedule = to_problem(doc)
     try:
         validate(problem, schedule)
@@ -254,12 +270,13 @@ def cmd_show(args, console: Console) -> int:
 
 def cmd_validate(args, console: Console) -> int:
     doc, metrics = _load_checked(args.schedule)
-    stale = [
-        k for k in ("value", "span", "makespan", "peak_memory") if k in doc.metrics and doc.metrics[k] != metrics[k]
-    ]
-    if stale:
-        from layersched.describe.config import SpecError
+    from layersched.describe.config import SpecError
 
+    missing = [k for k in ("value", "span", "makespan", "peak_memory") if k not in doc.metrics]
+    if missing:
+        raise SpecError(f"{args.schedule}: metrics: {', '.join(missing)} missing; re-export it")
+    stale = [k for k in ("value", "span", "makespan", "peak_memory") if doc.metrics[k] != metrics[k]]
+    if stale:
         raise SpecError(
             f"{args.schedule}: metrics: {', '.join(stale)} do not match the tasks "
             f"(e.g. {stale[0]} is {doc.metrics[stale[0]]}, recomputed {metrics[stale[0]]}); re-export it"

@@ -173,6 +173,72 @@ def to_problem(doc: ScheduleFile) -> tuple[Problem, Schedule]:
     return problem, Schedule(processor=[t.processor for t in doc.tasks], start=[t.start for t in doc.tasks])
 
 
+def check_structure(doc: ScheduleFile) -> None:
+    """The file's tasks and edges must be the task graph its pipeline record describes: rebuilt here
+    with `layersched.schedule.graph.build_graph` from the stages, micro-batches, backward mode and
+    placement, with each stage's costs read from micro-batch 0. So an edge deleted by hand, a task
+    added or dropped, or one micro-batch costing differently from the others is named, whatever the
+    stored edges say. `SpecError` on the first difference."""
+    from layersched.describe.stages import Pipeline
+    from layersched.schedule.graph import build_graph
+
+    pr = doc.pipeline
+    S, R, m = pr.num_stages, pr.num_ranks, pr.num_microbatches
+    if len(pr.stage_to_rank) != S or S < 1 or R < 1 or m < 1:
+        raise SpecError(
+            f"pipeline: {S} stages on {R} ranks with {m} micro-batches and stage_to_rank {pr.stage_to_rank}"
+        )
+    tasks = {t.name: t for t in doc.tasks}
+    delays = {(u, v): d for u, v, d in doc.edges}
+
+    def cost(name: str, field: str = "duration") -> int:
+        t = tasks.get(name)
+        return 0 if t is None else getattr(t, field)
+
+    back = ("I", "W") if pr.split_backward else ("B",)
+    per_stage = {k: np.array([cost(f"{s}{k}0") for s in range(S)]) for k in ("F", *back)}
+    zero = np.zeros(S, dtype=np.int64)
+    transfer = [delays.get((f"{s}F0", f"{s + 1}F0"), 0) for s in range(S - 1)]
+    try:
+        pipe = Pipeline(
+            name=doc.name, num_ranks=R, num_microbatches=m, forward=per_stage["F"],
+            backward_input=per_stage["I"] if pr.split_backward else zero,
+            backward_weight=per_stage["W"] if pr.split_backward else zero,
+            transfer=np.array(transfer, dtype=np.int64),
+            mem_forward=np.array([cost(f"{s}F0", "memory") for s in range(S)]),
+            mem_freed_by_weight=np.array([-cost(f"{s}W0", "memory") for s in range(S)]) if pr.split_backward else zero,
+            capacity=None, allreduce=np.array([cost(f"{s}R") for s in range(S)]),
+            optimizer=np.array([cost(f"{s}U") for s in range(S)]), data_parallel=pr.data_parallel,
+            backward=None if pr.split_backward else per_stage["B"],
+        )  # fmt: skip
+        g = build_graph(pipe, split_backward=pr.split_backward, stage_to_rank=list(pr.stage_to_rank))
+    except ValueError as exc:
+        raise SpecError(f"pipeline: {exc}") from None
+    missing = [n for n in g.nodes if n not in tasks]
+    extra = [n for n in tasks if n not in g.nodes]
+    if missing or extra:
+        what = f"{missing[0]} is missing" if missing else f"{extra[0]} is not part of this pipeline"
+        raise SpecError(f"tasks: {what} (the pipeline record describes {g.number_of_nodes()} tasks)")
+    for name, data in g.nodes(data=True):
+        t = tasks[name]
+        if (t.duration, t.memory) != (data["duration"], data["memory"]):
+            s, kind, _ = parse_action(name)
+            raise SpecError(
+                f"tasks: {name} takes {t.duration} with memory {t.memory}, but {s}{kind}0 takes "
+                f"{data['duration']} with memory {data['memory']}; every micro-batch of a stage costs the same"
+            )
+    for u, v, d in g.edges(data="delay"):
+        if (u, v) not in delays:
+            raise SpecError(f"edges: {u} -> {v} is missing; the pipeline's structure needs it")
+        if delays[(u, v)] != d:
+            raise SpecError(f"edges: {u} -> {v} has delay {delays[(u, v)]}, the stage boundary's is {d}")
+    extra = [e for e in delays if not g.has_edge(*e)]
+    if extra:
+        raise SpecError(f"edges: {extra[0][0]} -> {extra[0][1]} is not part of this pipeline")
+    if len(doc.edges) != len(delays):
+        raise SpecError("edges: an edge is listed twice")
+
+
 def check_actions(doc: ScheduleFile, problem: Problem, schedule: Schedule) -> None:
     """The action lists must be exactly each rank's compute tasks in start order (what the runner
     executes is what was validated); `SpecError` naming the first mismatch otherwise."""
@@ -260,7 +326,9 @@ def load_schedule(path: str | Path) -> ScheduleFile:
     """Read a schedule file; `SpecError` with file and field on any problem."""
     path = Path(path)
     data = read_data(path, fmt="json")
-    if data.get("format_version") not in (None, FORMAT_VERSION):
+    if "format_version" not in data:
+        raise SpecError(f"{path}: format_version: missing; a schedule file states its version ({FORMAT_VERSION})")
+    if data.get("format_version") != FORMAT_VERSION:
         raise SpecError(
             f"{path}: format_version {data.get('format_version')} is not supported "
             f"(this layersched reads version {FORMAT_VERSION}); re-export the schedule"

@@ -110,6 +110,8 @@ def frontier(
     swept = []
     for limit in limits:
         sol = solve_best(replace(pipe, capacity=limit), objective=objective, time_limit=time_limit)
+        if sol.info.get("interrupted"):
+            raise KeyboardInterrupt  # Ctrl-C: a half-swept frontier is not written
         point = _point("best", limit, sol, sol.result.status)
         swept.append(point)
         if progress:

@@ -133,7 +133,8 @@ def solve_pipeline(
         split = options.pop("split_backward", True)
         tasks = to_problem(build_graph(pipe, split_backward=split, stage_to_rank=pipe.stage_to_rank()), pipe.capacity)
         result = solve(tasks.problem, solver, objective=objective, **options)
-        if result.schedule is None:
+        if result.schedule is None and result.info.get("interrupted"):
+            raise KeyboardInterrupt  # Ctrl-C before any schedule: nothing to write
             raise no_schedule(pipe, f"solver {solver!r}", result.status)
         sched, method = result.schedule, solver
     validate(tasks.problem, sched)
@@ -146,7 +147,8 @@ def solve_pipeline(
     )
     if result is not None:
         metrics["lower_bound"] = max(metrics["lower_bound"], result.lower_bound)
-    return Solution(pipe, tasks, sched, method, objective, metrics, time.perf_counter() - t0, result)
+    info = {"interrupted": True} if result is not None and result.info.get("interrupted") else {}
+    return Solution(pipe, tasks, sched, method, objective, metrics, time.perf_counter() - t0, result, info)
 
 
 def split_orders(sol: Solution) -> list[list[str]]:
@@ -196,6 +198,7 @@ class _Search:
     solution: Solution | None
     bound: int | None
     status: str
+    interrupted: bool = False
 
 
 def _search_mode(
@@ -238,17 +241,17 @@ def _search_mode(
         known_bound=max(known.values(), default=0),
     )
     tried[f"cpsat ({mode})"] = result.objective if result.schedule is not None else result.status
+    interrupted = bool(result.info.get("interrupted"))
     if result.schedule is None:
         # proven infeasible: no schedule of this mode exists here, so it bounds nothing
-        return _Search(
-            split_backward, None, None if result.status == "infeasible" else result.lower_bound, result.status
-        )
+        bound = None if result.status == "infeasible" else result.lower_bound
+        return _Search(split_backward, None, bound, result.status, interrupted)
     validate(tasks.problem, result.schedule)
     metrics = schedule_metrics(tasks.problem, result.schedule, pipe.num_ranks, objective, known)
     # CP-SAT's bound holds for the micro-batch-ordered problem, which loses no optimum
     metrics["lower_bound"] = bound = max(metrics["lower_bound"], result.lower_bound)
     sol = Solution(pipe, tasks, result.schedule, "best", objective, metrics, 0.0, result)
-    return _Search(split_backward, sol, bound, result.status)
+    return _Search(split_backward, sol, bound, result.status, interrupted)
 
 
 def solve_best(
@@ -279,14 +282,18 @@ def solve_best(
     t0 = time.perf_counter()
     tried: dict[str, int | str] = {}
     found: list[Solution] = []
-    for name in templates if templates is not None else template_names():
-        try:
-            sol = solve_pipeline(pipe, schedule=name, objective=objective)
-        except (TemplateError, InvalidSchedule, Deadlock) as exc:
-            tried[name] = f"not applicable: {exc}"
-            continue
-        tried[name] = sol.metrics["value"]
-        found.append(sol)
+    stopped = False  # Ctrl-C outside CP-SAT: keep what was found, search no further
+    try:
+        for name in templates if templates is not None else template_names():
+            try:
+                sol = solve_pipeline(pipe, schedule=name, objective=objective)
+            except (TemplateError, InvalidSchedule, Deadlock) as exc:
+                tried[name] = f"not applicable: {exc}"
+                continue
+            tried[name] = sol.metrics["value"]
+            found.append(sol)
+    except KeyboardInterrupt:
+        stopped = True
     leader = min(found, key=lambda s: s.metrics["value"], default=None)
     if pipe.placement is not None or leader is None:
         stage_to_rank = pipe.stage_to_rank()
@@ -294,10 +301,18 @@ def solve_best(
         stage_to_rank = leader.stage_to_rank
     modes = [True] if fused_is_dominated(pipe) else [True, False]
     searches = []
-    for k, split in enumerate(modes):  # the time left after the templates, shared by the searches left
+    for k, split in enumerate(modes if not stopped else []):  # the searches share the time left
         share = max(0.5, (t0 + time_limit - time.perf_counter()) / (len(modes) - k))
-        searches.append(_search_mode(pipe, split, stage_to_rank, found, objective, share, workers, progress, tried))
+        try:
+            searches.append(_search_mode(pipe, split, stage_to_rank, found, objective, share, workers, progress, tried))
+        except KeyboardInterrupt:
+            stopped = True
+        if stopped or searches[-1].interrupted:
+            break  # Ctrl-C: the best so far, and no bound for the modes not searched
     found += [s.solution for s in searches if s.solution is not None]
+    interrupted = stopped or any(s.interrupted for s in searches)
+    if interrupted and not found:
+        raise KeyboardInterrupt  # nothing to write
     if not found:
         statuses = {s.status for s in searches}
         raise no_schedule(
@@ -305,6 +320,8 @@ def solve_best(
         )
     best = min(found, key=lambda s: s.metrics["value"])
     bounds = [s.bound for s in searches if s.bound is not None]
+    if len(searches) < len(modes):  # a mode left unsearched (Ctrl-C): only what holds for both modes
+        bounds.append(max(pipeline_bounds(pipe, stage_to_rank, objective).values(), default=0))
     bound = min([*bounds, best.metrics["value"]])
     metrics = schedule_metrics(best.tasks.problem, best.schedule, pipe.num_ranks, objective)
     metrics["lower_bound"] = bound
@@ -317,6 +334,8 @@ def solve_best(
         "source": "cpsat" if any(best is s.solution for s in searches) else best.method,
         "searched": searched,
     }
+    if interrupted:
+        info["interrupted"] = True
     value, runtime = metrics["value"], time.perf_counter() - t0
     status = "optimal" if bound >= value else "feasible"
     result = Result(best.schedule, status, value, bound, runtime, "best", objective, info)

@@ -138,6 +138,8 @@ def run_suite(
             row.update(status=f"n/a: {str(exc).splitlines()[0][:80]}", solve_s=round(time.perf_counter() - t0, 2))
             rows.append(row)
             continue
+        if sol.info.get("interrupted"):
+            raise KeyboardInterrupt  # Ctrl-C: no table of half-finished runs
         m = sol.metrics
         status = sol.result.status if sol.result is not None else "template"
         row.update(

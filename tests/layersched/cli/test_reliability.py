@@ -289,3 +289,109 @@ def test_cuda_asked_for_where_there_is_none(tmp_path, capsys):
     code, err = run(capsys, "profile", "examples/models.py:mlp", "--microbatch", "4", "--out", tmp_path / "x.yaml",
                     "--device", "cuda")  # fmt: skip
     assert code == 2 and "--device cuda:" in err[0] and "use --device cpu" in err[0]
+
+
+# -- validate is independent of what the file says about its own graph -----------------------------------
+
+
+def _edit(tmp_path, change) -> tuple[int, list[str]]:
+    out = tmp_path / "s.json"
+    if not out.exists():
+        assert main(["solve", str(DATA / "zb-1.5b.yaml"), "--schedule", "zb-h1", "--quiet", "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    change(data)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(data))
+    code = main(["validate", str(bad)])
+    return code, bad
+
+
+def test_a_precedence_broken_with_its_edge_deleted_is_caught(tmp_path, capsys):
+    def cheat(data):
+        data["edges"] = [e for e in data["edges"] if e[:2] != ["3F2", "4F2"]]
+        next(t for t in data["tasks"] if t["name"] == "4F2")["start"] -= 1
+
+    code, _ = _edit(tmp_path, cheat)
+    err = capsys.readouterr().err
+    assert code == 2 and "edges: 3F2 -> 4F2 is missing; the pipeline's structure needs it" in err
+
+
+@pytest.mark.parametrize(
+    "change, needle",
+    [
+        (lambda d: d.pop("format_version"), "format_version: missing"),
+        (lambda d: d.update(metrics={}), "metrics: value, span, makespan, peak_memory missing"),
+        (lambda d: next(t for t in d["tasks"] if t["name"] == "2F5").update(duration=1), "tasks: 2F5 takes 1"),
+        (lambda d: d["tasks"].append({**d["tasks"][0], "name": "9F0"}), "tasks: 9F0 is not part of this pipeline"),
+        (lambda d: d["edges"].append(["0F0", "7W9", 0]), "edges: 0F0 -> 7W9 is not part of this pipeline"),
+        (lambda d: d["edges"].__setitem__(0, [*d["edges"][0][:2], d["edges"][0][2] + 7]), "has delay"),
+    ],
+)
+def test_validate_rebuilds_the_graph_and_the_metrics(tmp_path, capsys, change, needle):
+    code, bad = _edit(tmp_path, change)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and str(bad) in err[0] and needle in err[0]
+
+
+# -- Ctrl-C ------------------------------------------------------------------------------------------------
+
+
+def test_ctrl_c_stops_cp_sat_and_marks_the_result_interrupted():
+    """SIGINT during a 30 s CP-SAT search (Zero Bubble's 1.5B at 2p, which it does not prove in time):
+    the search stops within seconds, keeps its incumbent and says it was interrupted (CP-SAT alone
+    would swallow the signal and return as if its time were up)."""
+    import signal
+    import threading
+    import time
+    from dataclasses import replace
+
+    from layersched.describe.config import load_problem
+    from layersched.describe.stages import pipeline_from_spec
+    from layersched.schedule.solve import solve_pipeline, symmetry_chains
+    from solvers.cpsat import cpsat
+    from tests.paths import PROBLEMS
+
+    pipe = pipeline_from_spec(load_problem(PROBLEMS / "zb-1.5b.yaml"))
+    pipe = replace(pipe, capacity=2 * pipe.capacity)
+    seed = solve_pipeline(pipe, schedule="zb-h2")
+    timer = threading.Timer(1.5, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    t0 = time.perf_counter()
+    r = cpsat(
+        seed.tasks.problem, objective="span", time_limit=30, hint=seed.schedule, symmetry=symmetry_chains(seed.tasks)
+    )
+    timer.cancel()
+    assert r.info.get("interrupted") and r.schedule is not None and r.objective <= seed.metrics["value"]
+    assert time.perf_counter() - t0 < 20  # far below the 30 s limit: it stopped on the signal
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("solver, wait", [("best", 12), ("lns", 4)])
+def test_ctrl_c_on_the_command_line(tmp_path, solver, wait):
+    """The CLI as a subprocess, SIGINT mid-search: exit 130 soon after; with best, the schedule found
+    so far is written, valid, and the message says so with its gap; with nothing found, no file."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.paths import ROOT
+
+    out = tmp_path / "s.json"
+    args = ["solve", "problems/zb-v-6.2b.yaml", "--solver", solver, "--time-limit", "120", "--out", str(out)]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "layersched.cli", *args], cwd=ROOT, stderr=subprocess.PIPE, text=True
+    )
+    time.sleep(wait)
+    sent = time.perf_counter()
+    proc.send_signal(signal.SIGINT)
+    err = proc.communicate(timeout=60)[1]
+    assert proc.returncode == 130 and "Traceback" not in err
+    assert time.perf_counter() - sent < 15
+    if out.exists():
+        assert "interrupted: wrote the best schedule found so far" in err and "gap" in err
+        assert main(["validate", str(out)]) == 0
+    else:
+        assert "interrupted; nothing written" in err
+    if solver == "best":
+        assert out.exists()  # the templates had a schedule before CP-SAT started
