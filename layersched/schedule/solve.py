@@ -135,6 +135,7 @@ def solve_pipeline(
         result = solve(tasks.problem, solver, objective=objective, **options)
         if result.schedule is None and result.info.get("interrupted"):
             raise KeyboardInterrupt  # Ctrl-C before any schedule: nothing to write
+        if result.schedule is None:
             raise no_schedule(pipe, f"solver {solver!r}", result.status)
         sched, method = result.schedule, solver
     validate(tasks.problem, sched)
