@@ -31,7 +31,7 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from layersched.describe.config import SpecError, format_validation_error, read_data
+from layersched.describe.config import MAX_INT, SpecError, format_validation_error, read_data
 from layersched.schedule.graph import parse_action
 from solvers import UNLIMITED, Problem, Schedule
 
@@ -40,24 +40,30 @@ SCHEMA_PATH = Path(__file__).parent / "schema" / "schedule.schema.json"
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class ProcessorRecord(_Strict):
     name: str
     kind: Literal["compute", "network"]
-    rank: int
-    capacity: int | None = Field(None, description="memory capacity; null for unlimited")
+    rank: Annotated[int, Field(ge=0, le=MAX_INT)]
+    capacity: Annotated[int, Field(ge=0, le=MAX_INT)] | None = Field(
+        None, description="memory capacity; null for unlimited"
+    )
 
 
 class TaskRecord(_Strict):
     name: str = Field(description="action name, e.g. 0F3, 1I3, 1W3, 2B3, 0R (all-reduce), 0U (update)")
-    processor: int
-    start: int
-    duration: Annotated[int, Field(ge=0)]
-    memory: int = Field(0, description="allocated at start when positive, released at end when negative")
-    allowed: list[int] | None = Field(None, description="processors the task may run on; null: only its own")
-    group: int = -1
+    processor: Annotated[int, Field(ge=0, le=MAX_INT)]
+    start: Annotated[int, Field(ge=0, le=MAX_INT)]
+    duration: Annotated[int, Field(ge=0, le=MAX_INT)]
+    memory: Annotated[int, Field(ge=-MAX_INT, le=MAX_INT)] = Field(
+        0, description="allocated at start when positive, released at end when negative"
+    )
+    allowed: list[Annotated[int, Field(ge=0, le=MAX_INT)]] | None = Field(
+        None, description="processors the task may run on; null: only its own"
+    )
+    group: Annotated[int, Field(ge=-1, le=MAX_INT)] = -1
 
 
 class PipelineRecord(_Strict):
@@ -83,7 +89,9 @@ class ScheduleFile(_Strict):
     pipeline: PipelineRecord
     processors: list[ProcessorRecord]
     tasks: list[TaskRecord]
-    edges: list[tuple[str, str, int]] = Field(description="(before, after, transfer delay)")
+    edges: list[tuple[str, str, Annotated[int, Field(ge=0, le=MAX_INT)]]] = Field(
+        description="(before, after, transfer delay)"
+    )
     actions: list[list[str]] = Field(description="per rank, its compute actions in execution order")
     metrics: dict
 

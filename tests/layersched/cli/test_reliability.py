@@ -395,3 +395,16 @@ def test_ctrl_c_on_the_command_line(tmp_path, solver, wait):
         assert "interrupted; nothing written" in err
     if solver == "best":
         assert out.exists()  # the templates had a schedule before CP-SAT started
+
+
+@pytest.mark.parametrize("where", ["start", "duration", "memory", "delay"])
+def test_schedule_file_numbers_out_of_range_are_one_line(tmp_path, capsys, where):
+    def huge(data):
+        if where == "delay":
+            data["edges"][0][2] = 2**70
+        else:
+            data["tasks"][3][where] = 2**70
+
+    code, bad = _edit(tmp_path, huge)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "Input should be less than or equal to 1000000000000000" in err[0]
