@@ -27,6 +27,7 @@ Example
 from __future__ import annotations
 
 import copy
+import math
 import socket
 import time
 from collections.abc import Iterator
@@ -430,6 +431,11 @@ class Executor:
             t = time.perf_counter()
             losses.append(self.train_step(step, mbs, specs))
             times.append(time.perf_counter() - t)
+            if self.S - 1 in self.stages and not math.isfinite(losses[-1]):
+                raise FloatingPointError(
+                    f"step {step}: the loss is {losses[-1]} on rank {self.rank} (replica {self.replica}); "
+                    "the run stops here: lower the learning rate, or check the model and its data"
+                )
         last = self.S - 1 in self.stages
         params = {
             param_name(n, k): v.detach().cpu().clone()

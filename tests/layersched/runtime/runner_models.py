@@ -1,5 +1,5 @@
 """Model builders for the runner's failure tests: the MLP of examples/models.py with one layer that
-breaks when it runs (only the rank holding that layer runs it)."""
+breaks when it runs (only the rank holding that layer runs it), or turns the loss NaN."""
 
 from __future__ import annotations
 
@@ -28,14 +28,21 @@ class Breaks(nn.Module):
                 os._exit(3)
             if self.how == "raise":
                 raise RuntimeError("layer fc6 broke")
+            if self.how == "nan":
+                return self.layer(x) * float("nan")
             time.sleep(3600)
         return self.layer(x)
 
 
-def _broken(how: str, microbatch_size: int = 8):
+def _broken(how: str, microbatch_size: int = 8, after: int = 1):
     w = mlp(microbatch_size=microbatch_size)
-    w.layers = [(n, Breaks(m, how) if n == "fc6" else m) for n, m in w.layers]
+    w.layers = [(n, Breaks(m, how, after) if n == "fc6" else m) for n, m in w.layers]
     return w
+
+
+def goes_nan(microbatch_size: int = 8):
+    """Its output turns NaN from the first forward on."""
+    return _broken("nan", microbatch_size, after=0)
 
 
 def exits(microbatch_size: int = 8):

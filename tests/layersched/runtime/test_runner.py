@@ -221,8 +221,9 @@ def test_mismatches_fail_before_any_process_starts(monkeypatch):
     [
         ("exits", r"^rank 1 died \(exit code 3\); the other ranks were stopped$"),
         ("raises", r"^rank 1 failed: RuntimeError: layer fc6 broke$"),
+        ("goes_nan", r"^rank 1 failed: FloatingPointError: step 0: the loss is nan on rank 1 \(replica 0\)"),
     ],
-    ids=["exits", "raises"],
+    ids=["exits", "raises", "nan-loss"],
 )
 def test_a_failing_rank_stops_the_run(builder, message):
     doc = schedule_file(solve_pipeline(stage_pipe(2, 4), schedule="1f1b"))
