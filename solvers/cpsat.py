@@ -118,6 +118,19 @@ def cpsat(
     if why:
         return Result(None, "infeasible", None, bound, time.perf_counter() - t0, "cpsat", objective, {"reason": why})
     hint_ok, hint_value, hint_note = _check_hint(problem, hint, objective)
+    build = build_seconds(problem)
+    if build > time_limit:  # refuse early: the model alone would outlast the limit
+        why = (
+            f"building the CP-SAT model of {problem.num_tasks} tasks would take about {build:.0f} s, more than "
+            f"the {time_limit:g} s limit"
+        )
+        info = {"reason": why, "not_run": True, "source": "hint" if hint_ok else "none"}
+        if hint_ok:
+            status = "optimal" if bound >= hint_value else "feasible"
+            return Result(
+                hint, status, hint_value, min(bound, hint_value), time.perf_counter() - t0, "cpsat", objective, info
+            )
+        return Result(None, "unknown", None, bound, time.perf_counter() - t0, "cpsat", objective, info)
     model = _Model(
         problem, objective, bound, _horizon(problem, objective, hint if hint_ok else None), hint_value, keep_processor
     )
@@ -194,6 +207,21 @@ def _solve_interruptibly(solver: cp_model.CpSolver, model: cp_model.CpModel, cal
     if "error" in out:
         raise out["error"]
     return out["code"], interrupted
+
+
+BUILD_ITEMS_PER_SECOND = 40_000
+"""Tasks plus edges this module turns into a CP-SAT model per second, measured on the project's 2-core
+machine: 98,048 in 2.3 s (49,152 tasks), 24,448 in 0.42 s."""
+
+
+def build_seconds(problem: Problem) -> float:
+    """About how long building the CP-SAT model of ``problem`` takes, in seconds.
+
+    >>> from solvers import Problem
+    >>> round(build_seconds(Problem(duration=[1] * 20_000, num_processors=2)), 1)
+    0.5
+    """
+    return (problem.num_tasks + len(problem.edges)) / BUILD_ITEMS_PER_SECOND
 
 
 RESERVOIR_EXPANSION_LIMIT = 200_000

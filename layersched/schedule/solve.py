@@ -31,7 +31,7 @@ class NoScheduleError(RuntimeError):
     and the least memory limit where the memory limit is the cause."""
 
 
-def no_schedule(pipe: Pipeline, what: str, status: str) -> NoScheduleError:
+def no_schedule(pipe: Pipeline, what: str, status: str, reason: str = "") -> NoScheduleError:
     """The error for ``what`` (a solver, or every candidate) finding nothing, with ``status``."""
     least = pipe.least_memory()
     if pipe.capacity is not None and pipe.capacity < least:
@@ -43,7 +43,8 @@ def no_schedule(pipe: Pipeline, what: str, status: str) -> NoScheduleError:
     if status == "infeasible":
         return NoScheduleError(f"no schedule exists: {what} proved the problem infeasible")
     hint = "raise --time-limit" if what.startswith("every template") else "raise --time-limit or try --solver best"
-    return NoScheduleError(f"no schedule found: {what} found none within the time limit ({status}); {hint}")
+    why = f": {reason}" if reason else ""
+    return NoScheduleError(f"no schedule found: {what} found none within the time limit ({status}{why}); {hint}")
 
 
 @dataclass
@@ -136,7 +137,7 @@ def solve_pipeline(
         if result.schedule is None and result.info.get("interrupted"):
             raise KeyboardInterrupt  # Ctrl-C before any schedule: nothing to write
         if result.schedule is None:
-            raise no_schedule(pipe, f"solver {solver!r}", result.status)
+            raise no_schedule(pipe, f"solver {solver!r}", result.status, result.info.get("reason", ""))
         sched, method = result.schedule, solver
     validate(tasks.problem, sched)
     metrics = schedule_metrics(
@@ -242,6 +243,8 @@ def _search_mode(
         known_bound=max(known.values(), default=0),
     )
     tried[f"cpsat ({mode})"] = result.objective if result.schedule is not None else result.status
+    if result.info.get("not_run"):
+        tried[f"cpsat ({mode})"] = f"not run: {result.info['reason']}"
     interrupted = bool(result.info.get("interrupted"))
     if result.schedule is None:
         # proven infeasible: no schedule of this mode exists here, so it bounds nothing
@@ -286,6 +289,9 @@ def solve_best(
     stopped = False  # Ctrl-C outside CP-SAT: keep what was found, search no further
     try:
         for name in templates if templates is not None else template_names():
+            if found and time.perf_counter() - t0 > time_limit:  # the limit holds: keep what there is
+                tried[name] = "not tried: the time limit was reached"
+                continue
             try:
                 sol = solve_pipeline(pipe, schedule=name, objective=objective)
             except (TemplateError, InvalidSchedule, Deadlock) as exc:

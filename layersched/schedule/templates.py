@@ -539,7 +539,7 @@ def zb_greedy(pipe: Pipeline) -> list[list[str]]:
     return min((tl for tl in runs if max(tl.peak) <= cap), key=lambda tl: tl.span).orders
 
 
-@template("chunk-greedy", split_backward=True, placement="any", stages_per_rank=(1, None))
+@template("chunk-greedy", split_backward=True, placement="any", stages_per_rank=(2, None))
 def chunk_greedy_template(pipe: Pipeline) -> list[list[str]]:
     """Memory-bounded greedy for any placement and stages per rank: I first, forwards while memory allows.
 
@@ -548,8 +548,14 @@ def chunk_greedy_template(pipe: Pipeline) -> list[list[str]]:
     ``W``; four priority variants, the fastest kept. It follows the problem's placement (loop when the
     problem gives none), so it is the one template for placements the others do not cover.
     """
-    from layersched.schedule.greedy import chunk_greedy
+    from layersched.schedule.greedy import MAX_WORK, chunk_greedy
 
+    work = 3 * pipe.num_stages * pipe.num_microbatches * pipe.num_ranks
+    if work > MAX_WORK:
+        raise TemplateError(
+            f"schedule 'chunk-greedy' simulates every pass on every rank: {work:,} steps here, at most {MAX_WORK:,} "
+            "(about 20 s); use fewer micro-batches or another template"
+        )
     try:
         return chunk_greedy(pipe)
     except ValueError as exc:

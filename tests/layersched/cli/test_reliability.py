@@ -408,3 +408,49 @@ def test_schedule_file_numbers_out_of_range_are_one_line(tmp_path, capsys, where
     code, bad = _edit(tmp_path, huge)
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "Input should be less than or equal to 1000000000000000" in err[0]
+
+
+# -- time limits hold on any size ---------------------------------------------------------------------------
+
+
+def test_cp_sat_declines_a_model_it_cannot_build_within_the_limit(tmp_path, capsys):
+    from solvers import Problem
+    from solvers.cpsat import build_seconds, cpsat
+
+    p = Problem(duration=[1] * 20_000, num_processors=2)
+    assert build_seconds(p) > 0.1
+    r = cpsat(p, time_limit=0.1)
+    assert r.schedule is None and r.status == "unknown" and "would take about" in r.info["reason"]
+    big = {"name": "big", "pipeline": {"stages": 64, "microbatches": 1024, "forward": 2, "backward_input": 2,
+                                       "backward_weight": 1, "transfer": 1}}  # fmt: skip
+    code, err = run(capsys, "solve", problem(tmp_path, big), "--solver", "cpsat", "--time-limit", "1", "--quiet")
+    assert code == 2 and len(err) == 1
+    assert "building the CP-SAT model of 196608 tasks would take about" in err[0] and "raise --time-limit" in err[0]
+
+
+@pytest.mark.slow
+def test_best_ends_within_its_limit_on_a_large_problem(tmp_path):
+    """64 stages x 1024 micro-batches (196,608 tasks), --time-limit 10: best keeps what it has when the
+    time is up and CP-SAT declines a model it cannot build in time. The allowance beyond the limit is
+    building the task graphs, the list schedule and the output."""
+    import subprocess
+    import sys
+    import time
+
+    from tests.paths import ROOT
+
+    big = {"name": "big", "pipeline": {"stages": 64, "microbatches": 1024, "forward": 2, "backward_input": 2,
+                                       "backward_weight": 1, "transfer": 1}}  # fmt: skip
+    path = problem(tmp_path, big)
+    t0 = time.perf_counter()
+    r = subprocess.run(
+        [sys.executable, "-m", "layersched.cli", "solve", str(path), "--solver", "best", "--time-limit", "10",
+         "--out", str(tmp_path / "s.json")],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    wall = time.perf_counter() - t0
+    assert r.returncode == 0, r.stderr
+    assert main(["validate", str(tmp_path / "s.json")]) == 0
+    # measured on the 2-core VM: 35.6 s (graphs, list schedule, validation and output beyond the limit);
+    # before the templates stopped at the limit and CP-SAT declined what it cannot build, over 600 s
+    assert wall < 10 + 60, f"best took {wall:.0f} s for a 10 s limit"

@@ -165,8 +165,10 @@ def test_trace_and_compare_of_a_run(tmp_path):
     sizes = {(r.replica, t["step"], t["tag"]): t["bytes"] for r in results for t in r.transfers}
     assert all(sizes[(r.replica, t["step"], t["tag"])] == t["bytes"] for r in results for t in r.transfers)
     # the observed flights start after their departure and end within the step
-    flights = flight_times(trace)
-    assert all(0 <= seconds < max(r.step_times[0] for r in results) for _, seconds in flights)
+    assert flight_times(trace)
+    for k in range(STEPS):  # each step's flights against that step's time (not step 0's: a later step may stall)
+        longest = max(r.step_times[k] for r in results)
+        assert all(0 <= seconds < longest for _, seconds in flight_times(trace, steps=[k]))
 
 
 def _offsets(rank, device, state):

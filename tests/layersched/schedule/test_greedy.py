@@ -31,7 +31,7 @@ def pipe_of(ranks, per_rank, m, costs, place, mem, freed, limit_factor):
 @settings(max_examples=40, deadline=None)
 @given(
     ranks=st.integers(1, 4),
-    per_rank=st.integers(1, 3),
+    per_rank=st.integers(2, 3),
     m=st.integers(1, 6),
     costs=st.lists(st.tuples(st.integers(1, 9), st.integers(1, 9), st.integers(0, 9)), min_size=12, max_size=12),
     place=st.sampled_from(["loop", "v", "shuffled"]),
