@@ -312,7 +312,8 @@ class ProblemSpec(Strict):
 
 # -- loading -------------------------------------------------------------------------------------
 MAX_VALUES = 1_000_000
-"""The most values (mappings, lists and scalars, aliases expanded) a file may describe."""
+"""The most values (mappings, lists and scalars, aliases expanded) a YAML file may describe; JSON has no
+aliases, so its size is its file's."""
 
 
 class _Loader(yaml.SafeLoader):
@@ -372,7 +373,7 @@ def read_data(path: str | Path, fmt: str | None = None) -> dict:
             first = f"{exc.problem} (line {exc.problem_mark.line + 1})"
         raise SpecError(f"{path}: not valid {'JSON' if is_json else 'YAML'}: {first}") from None
     try:
-        too_many = isinstance(data, dict | list) and _count_values(data, {}) > MAX_VALUES
+        too_many = not is_json and isinstance(data, dict | list) and _count_values(data, {}) > MAX_VALUES
     except RecursionError:
         raise SpecError(f"{path}: nested too deeply to be a problem or schedule file") from None
     if too_many:
