@@ -330,10 +330,9 @@ def solve_best(
     if len(searches) < len(modes):  # a mode left unsearched (Ctrl-C): only what holds for both modes
         bounds.append(max(pipeline_bounds(pipe, stage_to_rank, objective).values(), default=0))
     bound = min([*bounds, best.metrics["value"]])
-    metrics = schedule_metrics(best.tasks.problem, best.schedule, pipe.num_ranks, objective)
-    metrics["lower_bound"] = bound
-    # the graph's own bounds (work per rank, ...) hold for its backward mode only: keep the union's
-    metrics["lower_bounds"] = {"searched": bound}
+    # the winner's metrics, computed on its own graph; that graph's bounds (work per rank, ...) hold for
+    # its backward mode only: keep the bound of the union searched
+    metrics = {**best.metrics, "lower_bound": bound, "lower_bounds": {"searched": bound}}
     searched = {("split" if s.split_backward else "fused"): {"bound": s.bound, "status": s.status} for s in searches}
     info = {
         "candidates": tried,
