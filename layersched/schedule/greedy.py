@@ -44,7 +44,8 @@ def simulate(
 ) -> tuple[list[list[str]], int] | None:
     """Per-rank compute orders of one greedy variant and their steady-state span (each pass starts as
     early as its rank and input allow: the earliest-start timing of these orders), or None when the
-    variant cannot go on. Memory never exceeds ``cap``: every forward is covered by a reservation."""
+    variant cannot go on. Memory never exceeds ``cap``: each ``reserve`` rule admits a forward only
+    where it fits (with ``"all"``, every later forward of a micro-batch is covered by its reservation)."""
     S, m, R = pipe.num_stages, pipe.num_microbatches, pipe.num_ranks
     rank = pipe.stage_to_rank()
     dur = {
@@ -61,6 +62,12 @@ def simulate(
     free, mem, reserves, first = [0] * R, [0] * R, [0] * R, [None] * R
     todo_here: list[dict[int, int]] = [{} for _ in range(R)]  # micro-batch -> activations still to come here
     orders: list[list[str]] = [[] for _ in range(R)]
+    kind_rank = {"I": 0, "F": 1, "W": 2} if backward_first else {"F": 0, "I": 1, "W": 2}
+    priority = {  # within a kind: the variant's ordering; ``way`` is the direction the pass travels
+        "depth": lambda i, s, way: (i, -s),
+        "breadth": lambda i, s, way: (way, i),
+        "grouped": lambda i, s, way: (i // R, way, i),
+    }[order]
 
     def arrival(k: str, s: int, i: int) -> int | None:
         """When the input of pass ``k`` of micro-batch ``i`` on stage ``s`` is there (None: not yet)."""
@@ -101,10 +108,7 @@ def simulate(
                 if a is None:
                     continue
                 start = max(free[r], a)
-                rank_kind = {"I": 0, "F": 1, "W": 2} if backward_first else {"F": 0, "I": 1, "W": 2}
-                way = -s if k == "I" else s  # the direction the pass travels along the stages
-                key = {"depth": (i, -s), "breadth": (way, i), "grouped": (i // R, way, i)}[order]
-                out.append((start, (rank_kind[k], *key), k, s))
+                out.append((start, (kind_rank[k], *priority(i, s, -s if k == "I" else s)), k, s))
         return out
 
     todo = 3 * S * m
