@@ -384,10 +384,13 @@ def read_data(path: str | Path, fmt: str | None = None) -> dict:
 
 
 def _unique_keys(pairs: list[tuple]) -> dict:
-    keys = [k for k, _ in pairs]
-    twice = next((k for k in keys if keys.count(k) > 1), None)
-    if twice is not None:
-        raise ValueError(f"key {twice!r} appears twice in one object; keep one")
+    """The object as a dict; `ValueError` naming the first of its keys that appears twice (in one pass:
+    a hostile object may have very many keys)."""
+    seen: set = set()
+    twice = {key for key, _ in pairs if key in seen or seen.add(key)}
+    if twice:
+        first = next(key for key, _ in pairs if key in twice)
+        raise ValueError(f"key {first!r} appears twice in one object; keep one")
     return dict(pairs)
 
 
