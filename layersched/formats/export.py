@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
-from layersched.describe.config import MAX_INT, SpecError, format_validation_error, read_data
+from layersched.describe.config import MAX_INT, SpecError, Strict, format_validation_error, read_data
 from layersched.schedule.graph import parse_action
 from solvers import UNLIMITED, Problem, Schedule
 
@@ -39,11 +39,7 @@ FORMAT_VERSION = 1
 SCHEMA_PATH = Path(__file__).parent / "schema" / "schedule.schema.json"
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-
-class ProcessorRecord(_Strict):
+class ProcessorRecord(Strict):
     name: str
     kind: Literal["compute", "network"]
     rank: Annotated[int, Field(ge=0, le=MAX_INT)]
@@ -52,7 +48,7 @@ class ProcessorRecord(_Strict):
     )
 
 
-class TaskRecord(_Strict):
+class TaskRecord(Strict):
     name: str = Field(description="action name, e.g. 0F3, 1I3, 1W3, 2B3, 0R (all-reduce), 0U (update)")
     processor: Annotated[int, Field(ge=0, le=MAX_INT)]
     start: Annotated[int, Field(ge=0, le=MAX_INT)]
@@ -66,7 +62,7 @@ class TaskRecord(_Strict):
     group: Annotated[int, Field(ge=-1, le=MAX_INT)] = -1
 
 
-class PipelineRecord(_Strict):
+class PipelineRecord(Strict):
     num_stages: int
     num_ranks: int
     num_microbatches: int
@@ -76,7 +72,7 @@ class PipelineRecord(_Strict):
     stage_layers: list[list[str]] | None = Field(None, description="names of the model layers of each stage")
 
 
-class ScheduleFile(_Strict):
+class ScheduleFile(Strict):
     """A solved schedule: problem, timing, per-rank actions and metrics."""
 
     format_version: Literal[1] = FORMAT_VERSION
