@@ -179,8 +179,9 @@ def _solve_interruptibly(solver: cp_model.CpSolver, model: cp_model.CpModel, cal
     """Solve, stopping within a tenth of a second of Ctrl-C; the status and whether it was interrupted.
 
     CP-SAT would catch SIGINT itself and return as if its time were up, so nobody could tell. Here
-    the search runs in a worker thread while the main thread, where Python delivers Ctrl-C, waits in
-    short joins; a `KeyboardInterrupt` there stops the search and the result is marked interrupted.
+    the search runs in a worker thread while the main thread, where Python delivers Ctrl-C, waits on
+    an event in tenths of a second; a `KeyboardInterrupt` there stops the search and the result is
+    marked interrupted.
     Off the main thread (no signal reaches it) the solve runs directly."""
     if threading.current_thread() is not threading.main_thread():
         return solver.solve(model, callback), False
