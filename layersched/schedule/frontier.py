@@ -1,6 +1,6 @@
 """The memory-bubble frontier: the best schedule at each per-rank memory limit, with its proven bound.
 
-The sweep starts at the least limit any schedule fits under, `least_memory`: every rank must hold,
+The sweep starts at the least limit any schedule fits under, `Pipeline.least_memory`: every rank must hold,
 for one micro-batch, the activations of all its stages at once (a stage's ``I`` waits for the
 forwards of every later stage, the rank's other stages among them). It ends where more memory buys
 nothing: at the peak memory of the best template without a limit, or earlier once a point reaches
@@ -16,7 +16,7 @@ Example
 >>> pipe = pipeline_from_spec(ProblemSpec.model_validate({"name": "t", "pipeline": {
 ...     "stages": 2, "microbatches": 4, "forward": 2, "backward_input": 2, "backward_weight": 1,
 ...     "memory_forward": 4, "memory_freed_by_weight": 1}}))
->>> least_memory(pipe)
+>>> pipe.least_memory()
 4
 >>> f = frontier(pipe, points=3, time_limit=2)
 >>> [(p.limit, p.value, p.status) for p in f.points]
@@ -62,11 +62,6 @@ class Frontier:
     """A lower bound on the objective under any memory limit."""
 
 
-def least_memory(pipe: Pipeline) -> int:
-    """The least per-rank memory limit under which a schedule exists (`Pipeline.least_memory`)."""
-    return pipe.least_memory()
-
-
 def frontier(
     pipe: Pipeline,
     *,
@@ -75,8 +70,8 @@ def frontier(
     objective: str | None = None,
     progress: Callable[[FrontierPoint], None] | None = None,
 ) -> Frontier:
-    """Sweep the per-rank memory limit over ``points`` evenly spaced values from `least_memory` to
-    where the templates stop gaining, and each template's own peak memory between them; `solve_best`
+    """Sweep the per-rank memory limit over ``points`` evenly spaced values from `Pipeline.least_memory`
+    to where the templates stop gaining, and each template's own peak memory between them; `solve_best`
     with ``time_limit`` seconds at each."""
     from layersched.schedule.solve import solve_best, solve_pipeline
     from layersched.schedule.templates import TemplateError, template_names
@@ -98,13 +93,13 @@ def frontier(
         floor = max(floor, sol.metrics["lower_bound"])  # bounds of the memory-free problem hold for any limit
     if not templates:
         raise ValueError(f"{pipe.name}: no template applies, so the sweep has no upper end")
-    lo = least_memory(pipe)
+    lo = pipe.least_memory()
     best_free = min(templates, key=lambda p: (p.value, p.peak_memory))
     hi = max(lo, best_free.peak_memory)
     # an even grid, plus each template's own peak memory on it (1F1B's, ZB-H2's, ...): the limits users compare at
     grid = {int(round(x)) for x in np.linspace(lo, hi, points)}
     limits = sorted(grid | {t.peak_memory for t in templates if lo <= t.peak_memory <= hi})
-    unbound = least_memory(pipe) * pipe.num_microbatches  # every micro-batch in flight: no limit binds
+    unbound = lo * pipe.num_microbatches  # every micro-batch in flight: no limit binds
     if unbound > hi:
         limits.append(unbound)  # reached only while the sweep stays above the floor (see the loop)
     swept = []

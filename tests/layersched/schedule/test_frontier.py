@@ -9,7 +9,7 @@ import pytest
 from layersched.cli.main import main
 from layersched.describe.config import ProblemSpec
 from layersched.describe.stages import pipeline_from_spec
-from layersched.schedule.frontier import frontier, least_memory
+from layersched.schedule.frontier import frontier
 from layersched.schedule.solve import NoScheduleError, solve_pipeline
 from tests.paths import DATA
 
@@ -27,7 +27,7 @@ def test_points_are_valid_bounded_and_never_slower_with_more_memory(fields):
     pipe = small(**fields)
     f = frontier(pipe, points=4, time_limit=5)
     limits = [p.limit for p in f.points]
-    assert limits == sorted(set(limits)) and limits[0] == least_memory(pipe)
+    assert limits == sorted(set(limits)) and limits[0] == pipe.least_memory()
     for p in f.points:
         assert p.peak_memory <= p.limit and p.lower_bound <= p.value
     # a schedule that fits a limit fits every larger one: no bound at more memory exceeds it
@@ -47,7 +47,7 @@ def test_points_are_valid_bounded_and_never_slower_with_more_memory(fields):
 def test_least_memory_is_exact():
     """At the least limit a schedule exists; one unit less, none does (every solver fails there)."""
     pipe = small()
-    least = least_memory(pipe)
+    least = pipe.least_memory()
     assert solve_pipeline(replace(pipe, capacity=least), solver="best", time_limit=5).metrics["value"] > 0
     with pytest.raises(NoScheduleError, match=f"below the least any schedule needs, {least} unit"):
         solve_pipeline(replace(pipe, capacity=least - 1), solver="best", time_limit=5)
