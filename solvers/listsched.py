@@ -95,6 +95,7 @@ def list_schedule(
     objective: str = "makespan",
     priority: str | Sequence[float] | np.ndarray = "upward_rank",
     orders: Sequence[Sequence[int]] | None = None,
+    time_limit: float | None = None,
 ) -> Result:
     """Memory-aware list scheduling (see the module docstring).
 
@@ -110,13 +111,16 @@ def list_schedule(
         Tasks listed in ``orders[q]`` run on processor ``q`` in that order; unlisted tasks are
         placed freely around them. With every task listed this is `solvers.time_orders` with the
         memory check made up front.
+    time_limit : float, optional
+        Seconds after which the run stops with status ``unknown`` and no schedule (checked every
+        few thousand placements, so it ends within milliseconds of the limit).
 
     Returns
     -------
     Result
         ``feasible`` (``optimal`` when the objective meets the lower bound) with a schedule,
         ``infeasible`` when a task or group fits no processor, or ``unknown`` without a schedule
-        when memory blocks every ready task.
+        when memory blocks every ready task or the time limit ends the run.
 
     Examples
     --------
@@ -127,7 +131,7 @@ def list_schedule(
     >>> list_schedule(p).schedule.start.tolist()
     [0, 1, 2]
     """
-    return _schedule(problem, "list", objective, priority, orders)
+    return _schedule(problem, "list", objective, priority, orders, time_limit)
 
 
 def heft(
@@ -137,6 +141,7 @@ def heft(
     objective: str = "makespan",
     priority: str | Sequence[float] | np.ndarray = "upward_rank",
     orders: Sequence[Sequence[int]] | None = None,
+    time_limit: float | None = None,
 ) -> Result:
     """HEFT's ingredients (upward-rank priority, each task on the processor where it can start
     first, no insertion into gaps): the same algorithm and options as `list_schedule`, reported
@@ -146,11 +151,14 @@ def heft(
     >>> heft(Problem(duration=[3, 1, 1], num_processors=2)).objective
     3
     """
-    return _schedule(problem, "heft", objective, priority, orders)
+    return _schedule(problem, "heft", objective, priority, orders, time_limit)
 
 
-def _schedule(problem: Problem, solver: str, objective: str, priority, orders) -> Result:
+def _schedule(problem: Problem, solver: str, objective: str, priority, orders, time_limit=None) -> Result:
     t0 = time.perf_counter()
+    if time_limit is not None and not time_limit > 0:  # also NaN
+        raise ValueError(f"time_limit: expected a positive number of seconds, got {time_limit}")
+    deadline = t0 + time_limit if time_limit is not None else float("inf")
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r}; valid: {', '.join(OBJECTIVES)}")
     allowed = effective_allowed(problem)
@@ -170,7 +178,7 @@ def _schedule(problem: Problem, solver: str, objective: str, priority, orders) -
     if orders is not None:
         allowed, chain = _pin_orders(problem, allowed, orders)
     keys = _priority(problem, allowed, priority)
-    placed = _place(problem, allowed, keys, chain)
+    placed = _place(problem, allowed, keys, chain, deadline)
     bound = lower_bound(problem, objective)
     if isinstance(placed, str):
         return Result(None, "unknown", None, bound, time.perf_counter() - t0, solver, objective, {"reason": placed})
@@ -264,14 +272,16 @@ def _candidates(allowed: np.ndarray) -> tuple[list[int], list[int], list[list[in
         key = allowed.astype(np.int64) @ (np.int64(1) << np.arange(P, dtype=np.int64))
         sets, inverse = np.unique(key, return_inverse=True)
         patterns = [[q for q in range(P) if (int(k) >> q) & 1] for k in sets]
-    else:
-        rows, inverse = np.unique(allowed, axis=0, return_inverse=True)
-        patterns = [np.flatnonzero(r).tolist() for r in rows]
+    else:  # rows packed into bytes, compared as one opaque value each (unique over axis 0 is slow)
+        packed = np.ascontiguousarray(np.packbits(allowed, axis=1))
+        keys = packed.view(np.dtype((np.void, packed.shape[1]))).ravel()
+        _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+        patterns = [np.flatnonzero(allowed[i]).tolist() for i in first]
     return fixed.tolist(), inverse.reshape(n).tolist(), patterns
 
 
 def _place(
-    problem: Problem, allowed: np.ndarray, keys: np.ndarray, chain: np.ndarray
+    problem: Problem, allowed: np.ndarray, keys: np.ndarray, chain: np.ndarray, deadline: float = float("inf")
 ) -> tuple[Schedule, list[list[int]]] | str:
     """The list-scheduling loop: the schedule and each processor's tasks in placement order, or a
     message when memory blocks every ready task.
@@ -281,6 +291,7 @@ def _place(
     data-ready time, the processor's queued work and its free memory) and waits there. A processor
     that comes free starts the highest-priority task whose data has arrived, or else idles until
     the earliest arrival; a task that would overflow memory waits for a release on that processor.
+    Past ``deadline`` (`time.perf_counter`) it stops with a message.
     """
     n, P = problem.num_tasks, problem.num_processors
     rank_order = np.lexsort((np.arange(n), -keys))  # position 0 = highest priority
@@ -360,7 +371,11 @@ def _place(
         if indeg[t] == 0:
             make_ready(t, 0)
 
+    clock, ticks = time.perf_counter, 0
     while events:
+        ticks += 1
+        if not ticks & 4095 and clock() > deadline:
+            return f"time limit: stopped after placing {len(sequence)} of {n} tasks"
         when, q = heappop(events)
         now = next_time(q)
         if now != when:  # stale: every change of next_time(q) pushed its own event

@@ -84,8 +84,9 @@ def cpsat_lns(
         raise ValueError(f"window: expected a positive number of tasks, got {window}")
     n = problem.num_tasks
     if hint is None or violations(problem, hint, limit=1):
-        hint = list_schedule(problem, objective=objective).schedule
+        hint = list_schedule(problem, objective=objective, time_limit=time_limit).schedule
     # one CP-SAT call on the whole problem first: it may prove the optimum, and its bound holds
+    whole_limit = time_limit if n <= window else min(time_limit / 4, 5 * step_limit)
     whole = cpsat(
         problem,
         objective=objective,
@@ -93,9 +94,12 @@ def cpsat_lns(
         hint=hint,
         progress=progress,
         log=log,
-        time_limit=time_limit if n <= window else min(time_limit / 4, 5 * step_limit),
+        time_limit=whole_limit,
     )
     if n <= window or whole.schedule is None or whole.status == "optimal" or whole.info.get("interrupted"):
+        return dataclasses.replace(whole, solver="lns", runtime=time.perf_counter() - t0)
+    if whole.info.get("not_run") and step_limit <= whole_limit:
+        # a step's model holds every task too, with no more time: it would be declined as well
         return dataclasses.replace(whole, solver="lns", runtime=time.perf_counter() - t0)
     bound = whole.lower_bound
     current, value = whole.schedule, whole.objective
