@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from solvers.cpsat import _STATUS, cp_model
+from solvers.cpsat import _STATUS, cp_model, solve_interruptibly
 
 
 @dataclass(frozen=True)
@@ -129,7 +129,9 @@ def cpsat_partition(
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = time_limit
     solver.parameters.num_workers = workers
-    code = solver.Solve(m)
+    code, interrupted = solve_interruptibly(solver, m, None)
+    if interrupted:
+        raise KeyboardInterrupt  # a partition is all or nothing
     status = _STATUS.get(code, "unknown")
     if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return PartitionResult(None, None, 0, status, time.perf_counter() - t0)
