@@ -60,40 +60,54 @@ def build_graph(pipe: Pipeline, *, split_backward: bool = True, stage_to_rank: l
         stage_to_rank=list(ranks),
     )
     back = ("I", "W") if split_backward else ("B",)
+    # collected, then added at once; a node is placed where it first appears, also as an edge's end
+    # (task indices follow this order, as when the graph was built edge by edge)
+    nodes: dict[str, dict] = {}
+    edges: list[tuple[str, str, dict]] = []
+
+    def task(name: str, kind: str, stage: int, mb: int | None, rank: int, duration: int, memory: int) -> None:
+        attrs = {"kind": kind, "stage": stage, "microbatch": mb, "rank": rank, "duration": duration, "memory": memory}
+        nodes.setdefault(name, {}).update(attrs)
+
+    def edge(item: tuple[str, str, dict]) -> None:
+        nodes.setdefault(item[0], {})
+        nodes.setdefault(item[1], {})
+        edges.append(item)
+
     for s in range(S):
         F, I, W = (
             int(x[s]) + pipe.overhead(k)
             for k, x in (("F", pipe.forward), ("I", pipe.backward_input), ("W", pipe.backward_weight))
         )
         mem_f, mem_w = int(pipe.mem_forward[s]), int(pipe.mem_freed_by_weight[s])
+        fused = pipe.backward_input[s] + pipe.backward_weight[s] if pipe.backward is None else pipe.backward[s]
+        B = int(fused) + pipe.overhead("B")
+        r, d = ranks[s], int(pipe.transfer[s]) if s + 1 < S else 0
         for i in range(m):
-            g.add_node(f"{s}F{i}", kind="F", stage=s, microbatch=i, rank=ranks[s], duration=F, memory=mem_f)
+            task(f"{s}F{i}", "F", s, i, r, F, mem_f)
             if split_backward:
-                g.add_node(
-                    f"{s}I{i}", kind="I", stage=s, microbatch=i, rank=ranks[s], duration=I, memory=-(mem_f - mem_w)
-                )
-                g.add_node(f"{s}W{i}", kind="W", stage=s, microbatch=i, rank=ranks[s], duration=W, memory=-mem_w)
-                g.add_edge(f"{s}I{i}", f"{s}W{i}", delay=0)
+                task(f"{s}I{i}", "I", s, i, r, I, -(mem_f - mem_w))
+                task(f"{s}W{i}", "W", s, i, r, W, -mem_w)
+                edge((f"{s}I{i}", f"{s}W{i}", {"delay": 0}))
             else:
-                fused = pipe.backward_input[s] + pipe.backward_weight[s] if pipe.backward is None else pipe.backward[s]
-                B = int(fused) + pipe.overhead("B")
-                g.add_node(f"{s}B{i}", kind="B", stage=s, microbatch=i, rank=ranks[s], duration=B, memory=-mem_f)
+                task(f"{s}B{i}", "B", s, i, r, B, -mem_f)
             first_back = f"{s}{back[0]}{i}"
             if s + 1 < S:
-                d = int(pipe.transfer[s])
-                g.add_edge(f"{s}F{i}", f"{s + 1}F{i}", delay=d)
-                g.add_edge(f"{s + 1}{back[0]}{i}", first_back, delay=d)
+                edge((f"{s}F{i}", f"{s + 1}F{i}", {"delay": d}))
+                edge((f"{s + 1}{back[0]}{i}", first_back, {"delay": d}))
             else:
-                g.add_edge(f"{s}F{i}", first_back, delay=0)
+                edge((f"{s}F{i}", first_back, {"delay": 0}))
         last = back[-1]
         ar, opt = int(pipe.allreduce[s]), int(pipe.optimizer[s])
         if ar > 0:
-            g.add_node(f"{s}R", kind="R", stage=s, microbatch=None, rank=ranks[s], duration=ar, memory=0)
-            g.add_edges_from(((f"{s}{last}{i}", f"{s}R") for i in range(m)), delay=0)
+            task(f"{s}R", "R", s, None, r, ar, 0)
+            edges.extend((f"{s}{last}{i}", f"{s}R", {"delay": 0}) for i in range(m))
         if opt > 0:
-            g.add_node(f"{s}U", kind="U", stage=s, microbatch=None, rank=ranks[s], duration=opt, memory=0)
+            task(f"{s}U", "U", s, None, r, opt, 0)
             pred = [f"{s}R"] if ar > 0 else [f"{s}{last}{i}" for i in range(m)]
-            g.add_edges_from(((p, f"{s}U") for p in pred), delay=0)
+            edges.extend((p, f"{s}U", {"delay": 0}) for p in pred)
+    g.add_nodes_from(nodes.items())
+    g.add_edges_from(edges)
     return g
 
 
