@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -176,8 +177,9 @@ def cmd_solve(args, console: Console) -> int:
     solver = args.solver or (None if args.schedule else pipe.default_solver)
     _check_method_names(args, spec, solver)
     options = {}
+    if solver is not None:
+        options["time_limit"] = _solver_time(args.time_limit, pipe, solver)
     if solver in ("cpsat", "lns", "best"):
-        options["time_limit"] = args.time_limit
         if not args.quiet:
             unit = pipe.time_unit
             console.print(f"solving with {solver} for at most {args.time_limit:g} s (improvements below)")
@@ -209,6 +211,26 @@ def cmd_solve(args, console: Console) -> int:
         )
         return EXIT_INTERRUPTED
     return 0
+
+
+def _solver_time(limit: float, pipe, solver: str) -> float:
+    """What ``--time-limit`` leaves to ``solver`` once the schedule file is written (see
+    `layersched.schedule.budget`); a limit too small for even one schedule is refused before any work,
+    with the estimate."""
+    from layersched.describe.config import SpecError
+    from layersched.schedule.budget import Budget, pipeline_tasks
+
+    budget = Budget(limit, pipeline_tasks(pipe))
+    first = {"best": ("graph", "template"), "cpsat": ("graph", "cpsat")}.get(solver, ("graph", "list"))
+    need = budget.estimate(*first, "write")
+    if need > limit:
+        what = {"best": "one template's schedule", "cpsat": "CP-SAT's model"}.get(solver, "the list schedule")
+        raise SpecError(
+            f"--time-limit {limit:g}: too small for {budget.num_tasks:,} tasks: building the task graph, "
+            f"{what} and writing the file take about {need:.0f} s (estimated); give at least "
+            f"{math.ceil(need * 1.2)} s, or use fewer micro-batches or stages"
+        )
+    return limit - budget.estimate("write")
 
 
 def _check_method_names(args, spec, solver: str | None) -> None:

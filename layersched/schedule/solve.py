@@ -20,9 +20,10 @@ import numpy as np
 
 from layersched.describe.stages import Pipeline
 from layersched.schedule.bounds import pipeline_bounds
+from layersched.schedule.budget import Budget, pipeline_tasks
 from layersched.schedule.graph import TaskGraph, build_graph, parse_action, placement, to_problem
 from layersched.schedule.metrics import schedule_metrics
-from layersched.schedule.templates import TemplateError, get_template, template_orders
+from layersched.schedule.templates import TemplateError, check_stages_per_rank, get_template, template_orders
 from solvers import Result, Schedule, time_orders, validate
 
 
@@ -101,11 +102,31 @@ def complete_orders(tasks: TaskGraph, compute: list[list[str]]) -> list[list[int
     return orders
 
 
+def task_graph(pipe: Pipeline, split_backward: bool, stage_to_rank: list[int], cache: dict | None = None) -> TaskGraph:
+    """``pipe``'s task graph for one backward mode and placement, lowered to a problem; built once per
+    ``cache`` (a dict the caller keeps; the graphs are never modified)."""
+    key = (bool(split_backward), tuple(stage_to_rank))
+    if cache is not None and key in cache:
+        return cache[key]
+    tasks = to_problem(build_graph(pipe, split_backward=split_backward, stage_to_rank=stage_to_rank), pipe.capacity)
+    if cache is not None:
+        cache[key] = tasks
+    return tasks
+
+
 def solve_pipeline(
-    pipe: Pipeline, *, schedule: str | None = None, solver: str | None = None, objective: str | None = None, **options
+    pipe: Pipeline,
+    *,
+    schedule: str | None = None,
+    solver: str | None = None,
+    objective: str | None = None,
+    graphs: dict | None = None,
+    **options,
 ) -> Solution:
     """Schedule ``pipe`` with a template (``schedule``) or a generic solver (``solver``; ``best``
-    runs `solve_best`); the result is validated before it is returned."""
+    runs `solve_best`); the result is validated before it is returned. A ``time_limit`` option
+    counts from this call, building the task graph included. ``graphs`` caches task graphs between
+    calls (see `task_graph`)."""
     objective = objective or pipe.objective
     if solver == "best":
         return solve_best(pipe, objective=objective, **options)
@@ -122,9 +143,7 @@ def solve_pipeline(
                 f"template {name!r} places stages {tpl.placement} ({stage_to_rank}); the problem's placement "
                 f"is {pipe.placement!r} ({pipe.stage_to_rank()})"
             )
-        tasks = to_problem(
-            build_graph(pipe, split_backward=tpl.split_backward, stage_to_rank=stage_to_rank), pipe.capacity
-        )
+        tasks = task_graph(pipe, tpl.split_backward, stage_to_rank, graphs)
         compute = template_orders(name, pipe)
         sched = time_orders(tasks.problem, complete_orders(tasks, compute))
         result, method = None, name
@@ -132,7 +151,9 @@ def solve_pipeline(
         from solvers import solve
 
         split = options.pop("split_backward", True)
-        tasks = to_problem(build_graph(pipe, split_backward=split, stage_to_rank=pipe.stage_to_rank()), pipe.capacity)
+        tasks = task_graph(pipe, split, pipe.stage_to_rank(), graphs)
+        if options.get("time_limit") is not None:  # what the graph took is not given again to the solver
+            options["time_limit"] = max(0.01, options["time_limit"] - (time.perf_counter() - t0))
         result = solve(tasks.problem, solver, objective=objective, **options)
         if result.schedule is None and result.info.get("interrupted"):
             raise KeyboardInterrupt  # Ctrl-C before any schedule: nothing to write
@@ -209,42 +230,67 @@ def _search_mode(
     stage_to_rank: list[int],
     seeds: list[Solution],
     objective: str,
-    time_limit: float,
+    budget: Budget,
+    share: float,
     workers: int,
     progress,
     tried: dict,
+    graphs: dict,
 ) -> _Search:
     """List scheduling, then CP-SAT seeded with the best of ``seeds`` (converted to this mode where
-    that is exact) and the list result, on the graph of one backward mode and placement."""
+    that is exact) and the list result, on the graph of one backward mode and placement, within
+    ``share`` seconds. A step estimated not to fit in what is left of ``budget`` is skipped, and
+    said so in ``tried``."""
     from solvers import get_solver
+    from solvers.cpsat import BUILD_SHARE, build_seconds
 
+    t0 = time.perf_counter()
     mode = "split" if split_backward else "fused"
-    tasks = to_problem(build_graph(pipe, split_backward=split_backward, stage_to_rank=stage_to_rank), pipe.capacity)
+    end = min(t0 + share, budget.deadline)
+    known = pipeline_bounds(pipe, stage_to_rank, objective)  # holds for both backward modes
+    unsearched = _Search(split_backward, None, max(known.values(), default=0), "unknown")
+    if (split_backward, tuple(stage_to_rank)) not in graphs and not budget.fits("graph"):
+        tried[f"list ({mode})"] = tried[f"cpsat ({mode})"] = "not run: the time limit was reached"
+        return unsearched
+    tasks = task_graph(pipe, split_backward, stage_to_rank, graphs)
     hints = []
-    for sol in seeds:
-        if sol.stage_to_rank != list(stage_to_rank) or (sol.split_backward and not split_backward):
-            continue
-        compute = split_orders(sol) if split_backward else sol.actions()
-        hint = time_orders(tasks.problem, complete_orders(tasks, compute))
-        hints.append((hint.objective(tasks.problem, objective), hint))
-    heuristic = get_solver("list")(tasks.problem, objective=objective)
-    tried[f"list ({mode})"] = heuristic.objective if heuristic.schedule is not None else heuristic.status
-    if heuristic.schedule is not None:
-        hints.append((heuristic.objective, heuristic.schedule))
-    known = pipeline_bounds(pipe, stage_to_rank, objective)
-    result = get_solver("cpsat")(
-        tasks.problem,
-        objective=objective,
-        time_limit=time_limit,
-        workers=workers,
-        hint=min(hints, key=lambda h: h[0])[1] if hints else None,
-        symmetry=symmetry_chains(tasks),
-        progress=progress,
-        known_bound=max(known.values(), default=0),
-    )
-    tried[f"cpsat ({mode})"] = result.objective if result.schedule is not None else result.status
-    if result.info.get("not_run"):
-        tried[f"cpsat ({mode})"] = f"not run: {result.info['reason']}"
+    if budget.fits("list"):
+        heuristic = get_solver("list")(tasks.problem, objective=objective, time_limit=max(0.01, budget.left()))
+        tried[f"list ({mode})"] = heuristic.objective if heuristic.schedule is not None else heuristic.status
+        if heuristic.schedule is not None:
+            hints.append((heuristic.objective, heuristic.schedule))
+    else:
+        tried[f"list ({mode})"] = "not run: the time limit was reached"
+    cp_time = end - time.perf_counter()
+    build = build_seconds(tasks.problem)
+    if build > BUILD_SHARE * cp_time:  # declined up front, before any seed is converted
+        tried[f"cpsat ({mode})"] = (
+            f"not run: building its model of {tasks.problem.num_tasks} tasks would take about {build:.0f} s, more "
+            f"than {BUILD_SHARE:.0%} of the {max(cp_time, 0):.1f} s left"
+        )
+        if not hints:
+            return unsearched
+        result = Result(hints[0][1], "feasible", hints[0][0], 0, 0.0, "list", objective, {"source": "list"})
+    else:
+        for sol in seeds:
+            if sol.stage_to_rank != list(stage_to_rank) or (sol.split_backward and not split_backward):
+                continue
+            compute = split_orders(sol) if split_backward else sol.actions()
+            hint = time_orders(tasks.problem, complete_orders(tasks, compute))
+            hints.append((hint.objective(tasks.problem, objective), hint))
+        result = get_solver("cpsat")(
+            tasks.problem,
+            objective=objective,
+            time_limit=max(0.01, end - time.perf_counter()),
+            workers=workers,
+            hint=min(hints, key=lambda h: h[0])[1] if hints else None,
+            symmetry=symmetry_chains(tasks),
+            progress=progress,
+            known_bound=max(known.values(), default=0),
+        )
+        tried[f"cpsat ({mode})"] = result.objective if result.schedule is not None else result.status
+        if result.info.get("not_run"):
+            tried[f"cpsat ({mode})"] = f"not run: {result.info['reason']}"
     interrupted = bool(result.info.get("interrupted"))
     if result.schedule is None:
         # proven infeasible: no schedule of this mode exists here, so it bounds nothing
@@ -273,9 +319,13 @@ def solve_best(
     CP-SAT searches, at the problem's placement (else the best template's), the split-backward graph
     and, unless `fused_is_dominated`, the fused-backward graph too; the searches share what the
     templates left of ``time_limit``. Each is seeded with the best template of its mode and the list
-    schedule. The result is the fastest of all
-    candidates, templates included. The reported bound is the smallest of the searched modes' proven
-    bounds: no schedule of either backward mode at that placement is faster.
+    schedule. The result is the fastest of all candidates, templates included. The reported bound is
+    the smallest of the searched modes' proven bounds: no schedule of either backward mode at that
+    placement is faster.
+
+    ``time_limit`` holds for all of it: the candidates share one task graph per backward mode, and a
+    step estimated (`Budget`) not to end in time is not started, except the first template, so that
+    there is always a schedule.
 
     ``info["candidates"]`` records each candidate's objective (or why it did not apply), ``info
     ["searched"]`` the modes searched with their bounds and CP-SAT statuses."""
@@ -284,16 +334,31 @@ def solve_best(
 
     objective = objective or pipe.objective
     t0 = time.perf_counter()
+    budget = Budget(time_limit, pipeline_tasks(pipe), start=t0)
     tried: dict[str, int | str] = {}
     found: list[Solution] = []
+    graphs: dict = {}  # one task graph per backward mode and placement, shared by the candidates
     stopped = False  # Ctrl-C outside CP-SAT: keep what was found, search no further
     try:
-        for name in templates if templates is not None else template_names():
-            if found and time.perf_counter() - t0 > time_limit:  # the limit holds: keep what there is
+        names = templates if templates is not None else template_names()
+        if fused_is_dominated(pipe):  # split-backward templates first: their graph covers the fused one
+            names = sorted(names, key=lambda name: not get_template(name).split_backward)
+        for name in names:
+            # the limit holds: a template that would not end in time is not started (one always is)
+            tpl = get_template(name)
+            try:
+                check_stages_per_rank(tpl, pipe)
+            except TemplateError as exc:
+                tried[name] = f"not applicable: {exc}"
+                continue
+            steps = ["greedy" if tpl.greedy else "template"]
+            if (tpl.split_backward, tuple(pipe.stage_to_rank())) not in graphs:
+                steps.append("graph")  # about: a template of another placement builds its own
+            if found and not budget.fits(*steps):
                 tried[name] = "not tried: the time limit was reached"
                 continue
             try:
-                sol = solve_pipeline(pipe, schedule=name, objective=objective)
+                sol = solve_pipeline(pipe, schedule=name, objective=objective, graphs=graphs)
             except (TemplateError, InvalidSchedule, Deadlock) as exc:
                 tried[name] = f"not applicable: {exc}"
                 continue
@@ -309,9 +374,13 @@ def solve_best(
     modes = [True] if fused_is_dominated(pipe) else [True, False]
     searches = []
     for k, split in enumerate(modes if not stopped else []):  # the searches share the time left
-        share = max(0.5, (t0 + time_limit - time.perf_counter()) / (len(modes) - k))
+        share = budget.left() / (len(modes) - k)
         try:
-            searches.append(_search_mode(pipe, split, stage_to_rank, found, objective, share, workers, progress, tried))
+            searches.append(
+                _search_mode(
+                    pipe, split, stage_to_rank, found, objective, budget, share, workers, progress, tried, graphs
+                )
+            )
         except KeyboardInterrupt:
             stopped = True
         if stopped or searches[-1].interrupted:

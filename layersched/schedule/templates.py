@@ -44,6 +44,7 @@ class Template:
     description: str
     min_stages_per_rank: int = 1
     max_stages_per_rank: int | None = 1
+    greedy: bool = False  # built by a simulated greedy search (several times slower than a fixed pattern)
 
 
 TEMPLATES: dict[str, Template] = {}
@@ -53,13 +54,18 @@ KFKB = re.compile(r"^kfkb-(\d+)$")
 
 
 def template(
-    name: str, *, split_backward: bool, placement: str = "loop", stages_per_rank: tuple[int, int | None] = (1, 1)
+    name: str,
+    *,
+    split_backward: bool,
+    placement: str = "loop",
+    stages_per_rank: tuple[int, int | None] = (1, 1),
+    greedy: bool = False,
 ):
     """Register a template builder ``f(pipe) -> per-rank action lists`` under ``name``."""
 
     def deco(fn: Callable[[Pipeline], list[list[str]]]):
         doc = (fn.__doc__ or "").strip().splitlines()[0]
-        TEMPLATES[name] = Template(name, fn, split_backward, placement, doc, *stages_per_rank)
+        TEMPLATES[name] = Template(name, fn, split_backward, placement, doc, *stages_per_rank, greedy)
         return fn
 
     return deco
@@ -86,6 +92,12 @@ def get_template(name: str) -> Template:
 def template_orders(name: str, pipe: Pipeline) -> list[list[str]]:
     """Per-rank compute actions of template ``name``; `TemplateError` when it does not apply."""
     t = get_template(name)
+    check_stages_per_rank(t, pipe)
+    return t.build(pipe)
+
+
+def check_stages_per_rank(t: Template, pipe: Pipeline) -> None:
+    """`TemplateError` when ``pipe`` has a number of stages per rank that template ``t`` cannot lay out."""
     v = pipe.stages_per_rank
     if v < t.min_stages_per_rank or (t.max_stages_per_rank is not None and v > t.max_stages_per_rank):
         want = (
@@ -93,8 +105,7 @@ def template_orders(name: str, pipe: Pipeline) -> list[list[str]]:
             if t.min_stages_per_rank == t.max_stages_per_rank
             else f"at least {t.min_stages_per_rank}"
         )
-        raise TemplateError(f"schedule {name!r} needs {want} stage(s) per rank, the pipeline has {v}")
-    return t.build(pipe)
+        raise TemplateError(f"schedule {t.name!r} needs {want} stage(s) per rank, the pipeline has {v}")
 
 
 def _steady_order(stage: int, m: int, warm: int, backward: tuple[str, ...], lag: int = 0, group: int = 1) -> list[str]:
@@ -518,7 +529,7 @@ def _capacity(name: str, pipe: Pipeline, need: int) -> float:
     return pipe.capacity
 
 
-@template("zb-greedy", split_backward=True)
+@template("zb-greedy", split_backward=True, greedy=True)
 def zb_greedy(pipe: Pipeline) -> list[list[str]]:
     """Zero Bubble's memory-bounded heuristic: as many forwards as memory allows, I first, W to fill gaps.
 
@@ -539,7 +550,7 @@ def zb_greedy(pipe: Pipeline) -> list[list[str]]:
     return min((tl for tl in runs if max(tl.peak) <= cap), key=lambda tl: tl.span).orders
 
 
-@template("chunk-greedy", split_backward=True, placement="any", stages_per_rank=(2, None))
+@template("chunk-greedy", split_backward=True, placement="any", stages_per_rank=(2, None), greedy=True)
 def chunk_greedy_template(pipe: Pipeline) -> list[list[str]]:
     """Memory-bounded greedy for any placement and stages per rank: I first, forwards while memory allows.
 

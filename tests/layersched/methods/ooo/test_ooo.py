@@ -1,6 +1,5 @@
 """Out-of-order backprop: data parallel, multi-stream and pipeline schedules, and the experiment."""
 
-
 import numpy as np
 import pytest
 from hypothesis import given, settings

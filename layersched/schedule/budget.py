@@ -1,0 +1,72 @@
+"""A time limit that holds for a whole command: the solver's search and the steps around it.
+
+Building a task graph, scheduling it by a template or by list scheduling, and writing the schedule
+file each take time in proportion to the number of tasks. `Budget` estimates them from rates measured
+on the project's 2-core machine (see `SECONDS_PER_TASK`), so that a command can decline up front when
+even one schedule cannot be built and written in time, and `solve_best` can stop trying candidates
+when the next one would not fit. A faster machine finishes early; the rates are the slowest seen.
+
+>>> b = Budget(10.0, num_tasks=196_608)
+>>> round(b.estimate("graph", "write"), 1)
+9.8
+>>> b.fits("graph", "template", "write")
+False
+"""
+
+from __future__ import annotations
+
+import time
+
+SECONDS_PER_TASK = {
+    "graph": 2.5e-5,  # build the task graph and lower it to a solvers.Problem
+    "template": 1.0e-5,  # a template's orders, timed and validated, with its metrics (graph built)
+    "greedy": 7.0e-5,  # the same for a template built by greedy search (zb-greedy, chunk-greedy)
+    "list": 2.0e-5,  # list scheduling, validated, with its metrics (graph built)
+    "hints": 2.0e-5,  # turning one schedule into a CP-SAT hint for the other backward mode
+    "write": 2.5e-5,  # the schedule file: per-task records, checked by pydantic, written as JSON
+}
+"""Seconds per task of each step on the project's 2-core machine (Python 3.11), the slowest rate over
+pipeline problems of 64 stages with 64, 256 and 1024 micro-batches (12,288 to 196,608 tasks), rounded
+up; ``python benchmarks/time_limits.py`` measures them again."""
+
+SETUP_SECONDS = 2.0
+"""The allowance beyond ``--time-limit``: starting Python, importing, reading and checking the problem
+(about 1 s measured here); the limit counts from when the problem has been read."""
+
+
+class Budget:
+    """``seconds`` from now (or from ``start``, a `time.perf_counter` value) for a problem of
+    ``num_tasks`` tasks."""
+
+    def __init__(self, seconds: float, num_tasks: int, start: float | None = None) -> None:
+        self.seconds = float(seconds)
+        self.num_tasks = int(num_tasks)
+        self.deadline = (time.perf_counter() if start is None else start) + self.seconds
+
+    def left(self) -> float:
+        """Seconds until the deadline (negative once it has passed)."""
+        return self.deadline - time.perf_counter()
+
+    def estimate(self, *steps: str) -> float:
+        """Estimated seconds for ``steps`` on this problem: names of `SECONDS_PER_TASK`, or ``cpsat``,
+        the least time CP-SAT accepts (`solvers.cpsat.build_seconds` for about one edge per task,
+        within its `~solvers.cpsat.BUILD_SHARE` of the limit)."""
+        rates = [_cpsat_rate() if s == "cpsat" else SECONDS_PER_TASK[s] for s in steps]
+        return sum(rates) * self.num_tasks
+
+    def fits(self, *steps: str) -> bool:
+        """Whether ``steps`` are estimated to end before the deadline."""
+        return self.estimate(*steps) <= self.left()
+
+
+def pipeline_tasks(pipe, split_backward: bool = True) -> int:
+    """The number of tasks in ``pipe``'s task graph, without building it: per stage and micro-batch a
+    forward and a backward (two when split), per stage an all-reduce and an optimizer update (an upper
+    bound: stages without them have fewer)."""
+    return pipe.num_stages * (pipe.num_microbatches * (3 if split_backward else 2) + 2)
+
+
+def _cpsat_rate() -> float:
+    from solvers.cpsat import BUILD_ITEMS_PER_SECOND, BUILD_SHARE
+
+    return 2 / BUILD_ITEMS_PER_SECOND / BUILD_SHARE
