@@ -38,7 +38,14 @@ def heads_tails(problem: Problem) -> tuple[np.ndarray, np.ndarray]:
 
 
 def lower_bounds(problem: Problem, objective: str = "makespan") -> dict[str, int]:
-    """Named lower bounds on ``objective`` (``makespan`` or ``span``)."""
+    """Named lower bounds on ``objective`` (``makespan`` or ``span``); for a moldable problem the one
+    bound of `solvers.moldable.moldable_bound` (makespan only)."""
+    if problem.is_moldable:
+        if objective != "makespan":
+            raise ValueError(f"moldable problems support the makespan objective only, got {objective!r}")
+        from solvers.moldable import moldable_bound
+
+        return {"critical_path_or_area": moldable_bound(problem)}
     dur = problem.duration
     fixed = problem.fixed_processor()
     P = problem.num_processors

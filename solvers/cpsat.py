@@ -111,6 +111,7 @@ def cpsat(
     'infeasible'
     """
     t0 = time.perf_counter()
+    problem.require_rigid("cpsat")
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r}; valid: {', '.join(OBJECTIVES)}")
     bound = max(lower_bound(problem, objective), int(known_bound))

@@ -156,6 +156,7 @@ def heft(
 
 def _schedule(problem: Problem, solver: str, objective: str, priority, orders, time_limit=None) -> Result:
     t0 = time.perf_counter()
+    problem.require_rigid(solver)
     if time_limit is not None and not time_limit > 0:  # also NaN
         raise ValueError(f"time_limit: expected a positive number of seconds, got {time_limit}")
     deadline = t0 + time_limit if time_limit is not None else float("inf")

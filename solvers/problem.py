@@ -62,6 +62,15 @@ class Problem:
     group : (n,) int, optional
         Affinity group of each task (-1 for none): tasks of one group share a processor.
     names, processor_names : optional labels used in messages and plots.
+    modes : optional, per task a list of ``(cores, duration)`` pairs
+        Moldable tasks (see `solvers.moldable`): a task runs in one of its modes, using that many
+        cores of its processor for that long. ``duration`` must then be each task's fastest mode.
+        Without modes a task has one: one core for ``duration``.
+    width : (P,) int, optional
+        Cores per processor (default 1), shared cumulatively by the tasks running on it.
+
+    A problem with modes or a processor wider than one core is *moldable*; the solvers of
+    `solvers.moldable` schedule it, and the others refuse it.
     """
 
     duration: np.ndarray
@@ -74,6 +83,19 @@ class Problem:
     names: tuple[str, ...] | None = None
     processor_names: tuple[str, ...] | None = None
     num_processors: int | None = field(default=None)
+    modes: tuple | None = None
+    width: np.ndarray | None = None
+
+    @classmethod
+    def moldable(cls, modes, **kwargs) -> Problem:
+        """A problem of moldable tasks, each with its ``(cores, duration)`` modes; ``duration`` is
+        taken from the fastest mode.
+
+        >>> p = Problem.moldable([[(1, 6), (2, 4)], [(1, 3)]], width=[2])
+        >>> p.duration.tolist(), p.mode_cores.tolist(), p.is_moldable
+        ([4, 3], [[1, 2], [1, 1]], True)
+        """
+        return cls(duration=[min(d for _, d in ms) if len(ms) else 0 for ms in modes], modes=modes, **kwargs)
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -128,6 +150,7 @@ class Problem:
         if len(grp) != n:
             raise ValueError(f"group: expected {n} values, got {len(grp)}")
         set_(self, "group", grp)
+        self._init_modes(n, P)
         for attr, count in (("names", n), ("processor_names", P)):
             labels = getattr(self, attr)
             if labels is not None:
@@ -135,6 +158,60 @@ class Problem:
                 if len(labels) != count:
                     raise ValueError(f"{attr}: expected {count} labels, got {len(labels)}")
                 set_(self, attr, labels)
+
+    def _init_modes(self, n: int, P: int) -> None:
+        set_ = object.__setattr__
+        width = _int_array(self.width if self.width is not None else np.ones(P), "width", 1)
+        if len(width) != P or (width < 1).any():
+            raise ValueError(f"width: expected {P} processor widths of at least 1 core")
+        set_(self, "width", width)
+        if self.modes is None:
+            cores, dur, count = np.ones((n, 1), np.int64), self.duration.reshape(n, 1).copy(), np.ones(n, np.int64)
+        else:
+            modes = [list(ms) for ms in self.modes]
+            if len(modes) != n:
+                raise ValueError(f"modes: expected {n} lists of (cores, duration), got {len(modes)}")
+            K = max((len(ms) for ms in modes), default=1)
+            cores, dur = np.ones((n, K), np.int64), np.zeros((n, K), np.int64)
+            count = np.zeros(n, np.int64)
+            for t, ms in enumerate(modes):
+                if not ms:
+                    raise ValueError(f"modes: task {self._label(t)} has no mode")
+                try:
+                    arr = np.asarray(ms, dtype=np.int64).reshape(len(ms), 2)
+                except (TypeError, ValueError, OverflowError):
+                    why = f"modes: task {self._label(t)}: expected (cores, duration) integer pairs"
+                    raise ValueError(why) from None
+                if (arr[:, 0] < 1).any() or (arr[:, 1] < 0).any():
+                    raise ValueError(f"modes: task {self._label(t)}: cores must be at least 1, durations at least 0")
+                cores[t, : len(ms)], dur[t, : len(ms)], count[t] = arr[:, 0], arr[:, 1], len(ms)
+                cores[t, len(ms) :], dur[t, len(ms) :] = arr[-1, 0], arr[-1, 1]  # padding repeats the last
+                if int(arr[:, 1].min()) != int(self.duration[t]):
+                    raise ValueError(
+                        f"modes: task {self._label(t)}: duration {self.duration[t]} is not its fastest mode's "
+                        f"({arr[:, 1].min()}); Problem.moldable sets it"
+                    )
+            narrow = np.where(self.allowed, width[None, :], 0).max(axis=1)
+            bad = np.flatnonzero(cores.min(axis=1) > narrow)
+            if len(bad):
+                t = int(bad[0])
+                raise ValueError(f"modes: task {self._label(t)} needs more cores than any processor it may use has")
+        for name, arr in (("mode_cores", cores), ("mode_duration", dur), ("mode_count", count)):
+            arr.setflags(write=False)
+            set_(self, name, arr)
+
+    @property
+    def is_moldable(self) -> bool:
+        """Whether tasks have modes or a processor has more than one core (see `solvers.moldable`)."""
+        return self.modes is not None or bool((self.width > 1).any())
+
+    def require_rigid(self, who: str) -> None:
+        """``ValueError`` when the problem is moldable: ``who`` schedules one task per processor at a time."""
+        if self.is_moldable:
+            raise ValueError(
+                f"{who}: this problem has moldable tasks or multi-core processors; use solvers.moldable "
+                "(list_moldable, cpsat_moldable)"
+            )
 
     # -- derived views -------------------------------------------------------------------------
     @property
@@ -169,17 +246,34 @@ class Schedule:
 
     processor: np.ndarray
     start: np.ndarray
+    mode: np.ndarray | None = None  # of each task, for moldable problems (default: mode 0)
 
     def __post_init__(self) -> None:
         proc = _int_array(self.processor, "processor", 1)
         start = _int_array(self.start, "start", 1)
         if len(proc) != len(start):
             raise ValueError("processor and start must have the same length")
+        mode = _int_array(self.mode if self.mode is not None else np.zeros(len(start)), "mode", 1)
+        if len(mode) != len(start):
+            raise ValueError("mode must have one entry per task")
         object.__setattr__(self, "processor", proc)
         object.__setattr__(self, "start", start)
+        object.__setattr__(self, "mode", mode)
+
+    def durations(self, problem: Problem) -> np.ndarray:
+        """Each task's duration in its mode (``problem.duration`` for a problem without modes)."""
+        if problem.modes is None:
+            return problem.duration
+        mode = np.clip(self.mode, 0, problem.mode_count - 1)  # a bad mode is reported by validate
+        return problem.mode_duration[np.arange(len(mode)), mode]
+
+    def cores(self, problem: Problem) -> np.ndarray:
+        """Cores each task uses in its mode (1 for a problem without modes)."""
+        mode = np.clip(self.mode, 0, problem.mode_count - 1)
+        return problem.mode_cores[np.arange(len(mode)), mode]
 
     def end(self, problem: Problem) -> np.ndarray:
-        return self.start + problem.duration
+        return self.start + self.durations(problem)
 
     def makespan(self, problem: Problem) -> int:
         """End of the last task, measured from time 0."""

@@ -76,6 +76,7 @@ def time_orders(
     ``arrival(e, end)``, when given, replaces ``end + delay[e]`` for every edge ``e`` whose delay is
     paid (say, a transfer over a link whose bandwidth varies in time); it must not return less.
     """
+    problem.require_rigid("time_orders")
     n = problem.num_tasks
     proc = check_orders(problem, orders)
     src, dst = problem.edges[:, 0], problem.edges[:, 1]

@@ -42,8 +42,8 @@ class InvalidSchedule(ValueError):
 
 
 def violations(problem: Problem, schedule: Schedule, limit: int = 20) -> list[Violation]:
-    """All broken constraints (at most ``limit`` per kind), in the order: shape, processor,
-    start, affinity, precedence, overlap, memory."""
+    """All broken constraints (at most ``limit`` per kind), in the order: shape, mode, processor,
+    start, affinity, precedence, overlap (or cores, for a moldable problem), memory."""
     n, lab = problem.num_tasks, problem.task_label
     if len(schedule.start) != n:
         return [
@@ -56,7 +56,12 @@ def violations(problem: Problem, schedule: Schedule, limit: int = 20) -> list[Vi
         ]
     out: list[Violation] = []
     proc, start = schedule.processor, schedule.start
-    end = start + problem.duration
+    bad = np.flatnonzero((schedule.mode < 0) | (schedule.mode >= problem.mode_count))
+    for t in bad[:limit].tolist():
+        out.append(Violation("mode", t, 1, f"{lab(t)} runs in mode {schedule.mode[t]}, which it does not have"))
+    if len(bad):
+        return out
+    end = schedule.end(problem)
 
     bad = np.flatnonzero((proc < 0) | (proc >= problem.num_processors))
     for t in bad[:limit].tolist():
@@ -105,6 +110,62 @@ def violations(problem: Problem, schedule: Schedule, limit: int = 20) -> list[Vi
                 )
             )
 
+    if problem.is_moldable:
+        out.extend(_core_violations(problem, schedule, limit))
+    else:
+        out.extend(_overlap_violations(problem, schedule, limit))
+    out.extend(memory_violations(problem, schedule, limit))
+    return out
+
+
+def _core_violations(problem: Problem, schedule: Schedule, limit: int) -> list[Violation]:
+    """Moldable problems: the cores in use on a processor never exceed its width (a task holds its
+    cores from its start to its end; at equal times ends come first; zero-length tasks hold none)."""
+    lab, out = problem.task_label, []
+    proc, start, end, cores = schedule.processor, schedule.start, schedule.end(problem), schedule.cores(problem)
+    wide = np.flatnonzero(cores > problem.width[proc])
+    for t in wide[:limit].tolist():
+        out.append(
+            Violation(
+                "cores",
+                t,
+                int(cores[t] - problem.width[proc[t]]),
+                f"{lab(t)} uses {cores[t]} cores on {problem.processor_label(int(proc[t]))}, which has "
+                f"{problem.width[proc[t]]}",
+            )
+        )
+    busy = np.flatnonzero(end > start)
+    times = np.concatenate([start[busy], end[busy]])
+    delta = np.concatenate([cores[busy], -cores[busy]])
+    procs = np.concatenate([proc[busy], proc[busy]])
+    task = np.concatenate([busy, busy])
+    order = np.lexsort((delta, times, procs))
+    times, delta, procs, task = times[order], delta[order], procs[order], task[order]
+    bounds = np.searchsorted(procs, np.arange(problem.num_processors + 1))
+    for q in range(problem.num_processors):
+        lo, hi = bounds[q], bounds[q + 1]
+        use = np.cumsum(delta[lo:hi])
+        over = np.flatnonzero(use > problem.width[q])
+        for k in over[:1].tolist():
+            t = int(task[lo + k])
+            out.append(
+                Violation(
+                    "cores",
+                    t,
+                    int(use[k] - problem.width[q]),
+                    f"{lab(t)} starts at {times[lo + k]} on {problem.processor_label(q)} while {use[k] - cores[t]} of "
+                    f"its {problem.width[q]} cores are in use and it needs {cores[t]}",
+                )
+            )
+        if len(out) >= limit:
+            break
+    return out
+
+
+def _overlap_violations(problem: Problem, schedule: Schedule, limit: int) -> list[Violation]:
+    """One task at a time per processor (tasks of zero length overlap nothing)."""
+    lab, out = problem.task_label, []
+    proc, start, end = schedule.processor, schedule.start, schedule.end(problem)
     order = np.lexsort((start, proc))
     p_sorted, s_sorted, e_sorted = proc[order], start[order], end[order]
     # a task overlaps an earlier one on its processor when it starts before the latest end so far
@@ -132,8 +193,6 @@ def violations(problem: Problem, schedule: Schedule, limit: int = 20) -> list[Vi
                     f"while {lab(a)} runs until {end[a]} (overlap {prev_end[k] - s2[k]})",
                 )
             )
-
-    out.extend(memory_violations(problem, schedule, limit))
     return out
 
 
@@ -143,7 +202,7 @@ def memory_profile(problem: Problem, schedule: Schedule) -> list[tuple[np.ndarra
     times releases come first."""
     mem = problem.mem_delta
     moving = np.flatnonzero(mem != 0)
-    t_ev = np.where(mem[moving] > 0, schedule.start[moving], schedule.start[moving] + problem.duration[moving])
+    t_ev = np.where(mem[moving] > 0, schedule.start[moving], schedule.end(problem)[moving])
     p_ev = schedule.processor[moving]
     d_ev = mem[moving]
     order = np.lexsort((d_ev > 0, t_ev, p_ev))
@@ -184,7 +243,8 @@ def memory_violations(problem: Problem, schedule: Schedule, limit: int = 20) -> 
 
 def validate(problem: Problem, schedule: Schedule) -> None:
     """Raise `InvalidSchedule` naming the task, the constraint and the amount if ``schedule`` breaks
-    precedence (with transfer delays), processor eligibility, overlap, memory or affinity."""
+    precedence (with transfer delays), processor eligibility, overlap (for moldable problems: the
+    cores in use against each processor's width, and each task's mode), memory or affinity."""
     found = violations(problem, schedule)
     if found:
         raise InvalidSchedule(found)
