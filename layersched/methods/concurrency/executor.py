@@ -1,0 +1,280 @@
+"""Run a concurrency plan on CPU threads with torch, each operation on its own number of threads.
+
+The model is an MLP of linear layers with tanh between them (float64 by default), written as
+explicit operations so that each pass is a task of the `opgraph`: ``F`` (``z = x W^T + b``, the
+activation, and after the last layer the gradient of the mean squared error), ``I`` (the gradient
+for the layer's input), ``W`` (the weight and bias gradients, added into one buffer per layer) and
+``U`` (an SGD step).
+
+`execute` dispatches the tasks in the plan's start order, each once its predecessors have finished
+and its cores are free, to a pool of worker threads; a worker sets its own intra-op thread count
+before the task (``torch.get_num_threads()`` first: two new threads that only set it race and both
+end with the last value). Per-thread counts need torch's OpenMP backend; `check_openmp` refuses
+others in one line. The measured timeline is written as a Chrome trace (chrome://tracing, Perfetto)
+and compared with the plan. `reference_step` is the serial autograd reference the tests compare with.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from layersched.methods.concurrency.opgraph import LayerOps, OpGraph, op_graph
+from layersched.methods.concurrency.perfmodel import ThreadModel, fit
+from solvers import Schedule, validate
+
+
+def check_openmp() -> None:
+    """``RuntimeError`` in one line unless torch runs intra-op work on OpenMP (per-thread counts)."""
+    info = torch.__config__.parallel_info()
+    if "ATen parallel backend: OpenMP" not in info:
+        backend = next((line for line in info.splitlines() if "parallel backend" in line), "unknown backend")
+        why = "concurrency control needs torch's OpenMP backend for per-thread counts"
+        raise RuntimeError(f"{why}; this torch has {backend}")
+
+
+@dataclass
+class ExplicitMLP:
+    """Weights ``W[l]`` (out x in) and biases ``b[l]``; tanh after every layer but the last."""
+
+    weights: list[torch.Tensor]
+    biases: list[torch.Tensor]
+
+    @classmethod
+    def random(cls, widths: list[int], seed: int = 0, dtype: torch.dtype = torch.float64) -> ExplicitMLP:
+        g = torch.Generator().manual_seed(seed)
+        ws = [torch.randn(o, i, generator=g, dtype=dtype) / i**0.5 for i, o in zip(widths, widths[1:], strict=False)]
+        return cls(ws, [torch.zeros(o, dtype=dtype) for o in widths[1:]])
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.weights)
+
+    def copy(self) -> ExplicitMLP:
+        return ExplicitMLP([w.clone() for w in self.weights], [b.clone() for b in self.biases])
+
+
+def batches(widths: list[int], microbatches: int, size: int, seed: int = 1, dtype=torch.float64):
+    """``microbatches`` pairs (input, target) of ``size`` samples."""
+    g = torch.Generator().manual_seed(seed)
+    pairs = []
+    for _ in range(microbatches):
+        x = torch.randn(size, widths[0], generator=g, dtype=dtype)
+        pairs.append((x, torch.randn(size, widths[-1], generator=g, dtype=dtype)))
+    return pairs
+
+
+class _Step:
+    """The tensors of one iteration, and one function per task kind."""
+
+    def __init__(self, net: ExplicitMLP, data, lr: float):
+        L, m = net.num_layers, len(data)
+        self.net, self.data, self.lr = net, data, lr
+        self.acts = [[None] * m for _ in range(L + 1)]  # acts[l][b]: input of layer l (l = L: the output)
+        self.grad_out = [[None] * m for _ in range(L)]  # gradient of the loss for layer l's output
+        for b, (x, _) in enumerate(data):
+            self.acts[0][b] = x
+        self.grad_w = [torch.zeros_like(w) for w in net.weights]
+        self.grad_b = [torch.zeros_like(b) for b in net.biases]
+
+    def forward(self, l: int, b: int) -> None:
+        z = torch.addmm(self.net.biases[l], self.acts[l][b], self.net.weights[l].t())
+        last = l == self.net.num_layers - 1
+        self.acts[l + 1][b] = z if last else torch.tanh(z)
+        if last:  # mean squared error of this micro-batch; the iteration's loss is the sum
+            y = self.data[b][1]
+            self.grad_out[l][b] = 2.0 * (z - y) / y.numel()
+
+    def _grad_z(self, l: int, b: int) -> torch.Tensor:
+        g = self.grad_out[l][b]
+        if l == self.net.num_layers - 1:
+            return g
+        a = self.acts[l + 1][b]
+        return g * (1 - a * a)
+
+    def backward_input(self, l: int, b: int) -> None:
+        self.grad_out[l - 1][b] = self._grad_z(l, b) @ self.net.weights[l]
+
+    def backward_weight(self, l: int, b: int) -> None:
+        gz = self._grad_z(l, b)
+        self.grad_w[l].addmm_(gz.t(), self.acts[l][b])
+        self.grad_b[l].add_(gz.sum(0))
+
+    def update(self, l: int) -> None:
+        self.net.weights[l].sub_(self.lr * self.grad_w[l])
+        self.net.biases[l].sub_(self.lr * self.grad_b[l])
+
+    def run(self, kind: str, l: int, b: int) -> None:
+        if kind == "F":
+            self.forward(l, b)
+        elif kind == "I":
+            self.backward_input(l, b)
+        elif kind == "W":
+            self.backward_weight(l, b)
+        else:
+            self.update(l)
+
+
+def mlp_graph(net: ExplicitMLP, models: dict[tuple[str, int], object], microbatches: int, cores: int, threads=None):
+    """The operation graph of ``net``: ``models[(kind, layer)]`` gives each pass's time on k threads."""
+    layers = [
+        LayerOps(f"fc{l}", models[("F", l)], models[("I", l)] if l else None, models[("W", l)], models[("U", l)])
+        for l in range(net.num_layers)
+    ]
+    return op_graph(layers, microbatches=microbatches, cores=cores, threads=threads)
+
+
+def _set_threads(k: int) -> None:
+    if torch.get_num_threads() != k:  # reading first initialises this thread's count (see the module docstring)
+        torch.set_num_threads(k)
+
+
+def profile(net: ExplicitMLP, data, threads: tuple[int, ...], repeats: int = 11) -> dict[tuple[str, int], ThreadModel]:
+    """Each pass of each layer timed at every thread count (median of ``repeats``, on a fresh worker
+    thread), fitted with `perfmodel.fit` (leave-one-out errors included)."""
+    check_openmp()
+    step = _Step(net.copy(), data[:1], lr=0.0)
+    L = net.num_layers
+    for l in range(L):  # the activations and gradients every pass reads
+        step.forward(l, 0)
+    for l in reversed(range(1, L)):
+        step.backward_input(l, 0)
+    samples: dict[tuple[str, int], dict[int, float]] = {}
+
+    def measure(k: int) -> None:
+        _set_threads(k)
+        for kind in ("F", "I", "W", "U"):
+            for l in range(L):
+                if kind == "I" and l == 0:
+                    continue
+                step.run(kind, l, 0)  # warm up (allocations, the thread team)
+                times = []
+                for _ in range(repeats):
+                    t0 = time.perf_counter()
+                    step.run(kind, l, 0)
+                    times.append(time.perf_counter() - t0)
+                samples.setdefault((kind, l), {})[k] = statistics.median(times)
+
+    for k in threads:
+        worker = threading.Thread(target=measure, args=(k,))
+        worker.start()
+        worker.join()
+    return {key: fit(s) for key, s in samples.items()}
+
+
+@dataclass
+class Execution:
+    """A run of a plan: the parameters after the step, the gradients, and per task its worker, thread
+    count and measured start and end (seconds from the first dispatch)."""
+
+    net: ExplicitMLP
+    grad_w: list[torch.Tensor]
+    grad_b: list[torch.Tensor]
+    records: list[tuple[int, int, int, float, float]]  # (task, worker, threads, start, end)
+    wall: float
+
+
+def execute(g: OpGraph, schedule: Schedule, net: ExplicitMLP, data, *, lr: float = 0.1) -> Execution:
+    """Run ``schedule`` (validated against ``g`` first) on a copy of ``net`` with one micro-batch per
+    entry of ``data``."""
+    check_openmp()
+    validate(g.problem, schedule)
+    if len(data) != g.microbatches or net.num_layers != len(g.layers):
+        raise ValueError(f"execute: the graph has {g.microbatches} micro-batches and {len(g.layers)} layers, "
+                         f"the data {len(data)} and the model {net.num_layers}")  # fmt: skip
+    p = g.problem
+    n = p.num_tasks
+    step = _Step(net.copy(), data, lr)
+    cores = schedule.cores(p).tolist()
+    preds: list[list[int]] = [[] for _ in range(n)]
+    for u, v in p.edges.tolist():
+        preds[v].append(u)
+    order = sorted(range(n), key=lambda t: (int(schedule.start[t]), t))
+    done = [False] * n
+    free = [g.cores]
+    cond = threading.Condition()
+    errors: list[BaseException] = []
+    records: list[tuple[int, int, int, float, float]] = []
+    names: dict[int, int] = {}
+    t0 = time.perf_counter()
+
+    def work(t: int) -> None:
+        k = cores[t]
+        try:
+            _set_threads(k)
+            start = time.perf_counter() - t0
+            step.run(g.kind[t], g.layer[t], g.microbatch[t])
+            end = time.perf_counter() - t0
+            worker = names.setdefault(threading.get_ident(), len(names))
+            records.append((t, worker, k, start, end))
+        except BaseException as exc:  # handed to the dispatcher
+            errors.append(exc)
+        finally:
+            with cond:
+                done[t] = True
+                free[0] += k
+                cond.notify_all()
+
+    with ThreadPoolExecutor(max_workers=g.cores, thread_name_prefix="op") as pool:
+        for t in order:
+            with cond:
+                cond.wait_for(lambda t=t: errors or (all(done[u] for u in preds[t]) and free[0] >= cores[t]))
+                if errors:
+                    break
+                free[0] -= cores[t]
+            pool.submit(work, t)
+    if errors:
+        raise errors[0]
+    wall = max(r[4] for r in records)
+    return Execution(step.net, step.grad_w, step.grad_b, sorted(records, key=lambda r: r[3]), wall)
+
+
+def reference_step(net: ExplicitMLP, data, lr: float = 0.1) -> tuple[ExplicitMLP, list, list]:
+    """The serial reference with torch autograd: the same loss (sum over micro-batches of each one's
+    mean squared error), its gradients and one SGD step; returns the new model and the gradients."""
+    ws = [w.clone().requires_grad_(True) for w in net.weights]
+    bs = [b.clone().requires_grad_(True) for b in net.biases]
+    loss = 0.0
+    for x, y in data:
+        a = x
+        for l, (w, b) in enumerate(zip(ws, bs, strict=True)):
+            a = torch.nn.functional.linear(a, w, b)
+            if l < len(ws) - 1:
+                a = torch.tanh(a)
+        loss = loss + torch.mean((a - y) ** 2)
+    loss.backward()
+    with torch.no_grad():
+        new = ExplicitMLP([w - lr * w.grad for w in ws], [b - lr * b.grad for b in bs])
+    return new, [w.grad for w in ws], [b.grad for b in bs]
+
+
+def write_trace(path: str | Path, g: OpGraph, schedule: Schedule, run: Execution) -> dict:
+    """The measured timeline as a Chrome trace (one row per worker; the plan's start and duration in
+    each event's args) with a comparison: measured and planned makespan, and per kind the median
+    ratio of measured to planned duration. Returns the comparison."""
+    from layersched.formats.export import write_text
+
+    planned_end = schedule.end(g.problem)
+    events, ratios = [], {}
+    for t, worker, k, start, end in run.records:
+        plan_dur = (int(planned_end[t]) - int(schedule.start[t])) / 1e9
+        events.append({"name": g.names[t], "ph": "X", "pid": 0, "tid": worker, "ts": start * 1e6,
+                       "dur": (end - start) * 1e6,
+                       "args": {"threads": k, "planned_start_us": int(schedule.start[t]) / 1e3,
+                                "planned_dur_us": plan_dur * 1e6}})  # fmt: skip
+        if plan_dur > 0:
+            ratios.setdefault(g.kind[t], []).append((end - start) / plan_dur)
+    summary = {
+        "measured_makespan_s": run.wall,
+        "planned_makespan_s": schedule.makespan(g.problem) / 1e9,
+        "measured_over_planned": {kind: statistics.median(r) for kind, r in sorted(ratios.items())},
+    }
+    write_text(path, json.dumps({"traceEvents": events, "otherData": summary}, indent=1))
+    return summary
