@@ -12,6 +12,7 @@ before the task (``torch.get_num_threads()`` first: two new threads that only se
 end with the last value). Per-thread counts need torch's OpenMP backend; `check_openmp` refuses
 others in one line. The measured timeline is written as a Chrome trace (chrome://tracing, Perfetto)
 and compared with the plan. `reference_step` is the serial autograd reference the tests compare with.
+On a GPU the same plan co-runs through CUDA streams (``execute(..., device="cuda")``).
 """
 
 from __future__ import annotations
@@ -181,10 +182,25 @@ class Execution:
     wall: float
 
 
-def execute(g: OpGraph, schedule: Schedule, net: ExplicitMLP, data, *, lr: float = 0.1) -> Execution:
+def execute(
+    g: OpGraph, schedule: Schedule, net: ExplicitMLP, data, *, lr: float = 0.1, device: str = "cpu"
+) -> Execution:
     """Run ``schedule`` (validated against ``g`` first) on a copy of ``net`` with one micro-batch per
-    entry of ``data``."""
-    check_openmp()
+    entry of ``data``.
+
+    ``device="cuda"`` co-runs the plan through CUDA streams instead: each worker thread enqueues its
+    tasks on its own stream (after its predecessors' events) and waits for its own task only, so
+    the tasks that the plan runs at once overlap on the GPU; a task's "cores" bound how many run at
+    once, and threads per task do not apply. The result is returned on the CPU."""
+    if device == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError("execute: device cuda requested, but torch sees no CUDA device")
+        net = ExplicitMLP([w.cuda() for w in net.weights], [b.cuda() for b in net.biases])
+        data = [(x.cuda(), y.cuda()) for x, y in data]
+    elif device == "cpu":
+        check_openmp()
+    else:
+        raise ValueError(f"execute: device must be cpu or cuda, got {device!r}")
     validate(g.problem, schedule)
     if len(data) != g.microbatches or net.num_layers != len(g.layers):
         raise ValueError(f"execute: the graph has {g.microbatches} micro-batches and {len(g.layers)} layers, "
@@ -205,12 +221,27 @@ def execute(g: OpGraph, schedule: Schedule, net: ExplicitMLP, data, *, lr: float
     names: dict[int, int] = {}
     t0 = time.perf_counter()
 
+    cuda = device == "cuda"
+    events = [torch.cuda.Event() for _ in range(n)] if cuda else []
+    local = threading.local()
+
     def work(t: int) -> None:
         k = cores[t]
         try:
-            _set_threads(k)
             start = time.perf_counter() - t0
-            step.run(g.kind[t], g.layer[t], g.microbatch[t])
+            if cuda:
+                if not hasattr(local, "stream"):
+                    local.stream = torch.cuda.Stream()
+                with torch.cuda.stream(local.stream):
+                    for u in preds[t]:
+                        local.stream.wait_event(events[u])
+                    step.run(g.kind[t], g.layer[t], g.microbatch[t])
+                    events[t].record(local.stream)
+                events[t].synchronize()
+            else:
+                _set_threads(k)
+                start = time.perf_counter() - t0
+                step.run(g.kind[t], g.layer[t], g.microbatch[t])
             end = time.perf_counter() - t0
             worker = names.setdefault(threading.get_ident(), len(names))
             records.append((t, worker, k, start, end))
@@ -233,7 +264,11 @@ def execute(g: OpGraph, schedule: Schedule, net: ExplicitMLP, data, *, lr: float
     if errors:
         raise errors[0]
     wall = max(r[4] for r in records)
-    return Execution(step.net, step.grad_w, step.grad_b, sorted(records, key=lambda r: r[3]), wall)
+    out = step.net if not cuda else ExplicitMLP([w.cpu() for w in step.net.weights], [b.cpu() for b in step.net.biases])
+    grad_w, grad_b = (
+        ([x.cpu() for x in step.grad_w], [x.cpu() for x in step.grad_b]) if cuda else (step.grad_w, step.grad_b)
+    )
+    return Execution(out, grad_w, grad_b, sorted(records, key=lambda r: r[3]), wall)
 
 
 def reference_step(net: ExplicitMLP, data, lr: float = 0.1) -> tuple[ExplicitMLP, list, list]:

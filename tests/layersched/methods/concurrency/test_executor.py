@@ -83,3 +83,24 @@ def test_profiling_fits_a_model_per_pass_with_its_error():
     assert set(models) == {("F", 0), ("F", 1), ("I", 1), ("W", 0), ("W", 1), ("U", 0), ("U", 1)}
     for m in models.values():
         assert m.time(1) > 0 and set(m.loo_errors) == {1, 2, 3}
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_streams_co_run_a_plan_and_equal_the_reference():
+    net = ExplicitMLP.random(WIDTHS, seed=3)
+    data = batches(WIDTHS, 3, size=5, seed=4)
+    ref, gw, _ = reference_step(net, data, lr=0.1)
+    g = _graph(net)
+    plan = compare(g, time_limit=2)[-1]
+    run = execute(g, plan.schedule, net, data, lr=0.1, device="cuda")
+    for got, want in zip([*run.net.weights, *run.grad_w], [*ref.weights, *gw], strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-12)
+
+
+def test_cuda_without_a_device_is_one_line():
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present")
+    net = ExplicitMLP.random(WIDTHS)
+    g = _graph(net)
+    with pytest.raises(RuntimeError, match="torch sees no CUDA device"):
+        execute(g, compare(g, time_limit=1)[0].schedule, net, batches(WIDTHS, 3, size=4), device="cuda")
