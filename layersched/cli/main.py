@@ -75,6 +75,13 @@ def _parser() -> argparse.ArgumentParser:
         metavar="P",
         help="override the pipeline ranks of a model-level problem (its layers are split again)",
     )
+    s.add_argument(
+        "--cuts",
+        choices=["layer", "sublayer", "best"],
+        help="where a model-level problem is cut into stages: between whole layers, also inside them "
+        "(sub-layers), or best: both partitions scheduled and the faster kept (default: the problem's "
+        "training.cuts, else best)",
+    )
     add_time_limit(s, 30.0, "solver time limit")
     s.add_argument("--out", default="schedule.json", help="where to write the schedule (default: schedule.json)")
     add_quiet(s)
@@ -167,18 +174,25 @@ def cmd_solve(args, console: Console) -> int:
             )
         training = type(spec.training).model_validate({**spec.training.model_dump(), "pipeline": args.pipeline})
         spec = spec.model_copy(update={"training": training})
-    pipe = pipeline_from_spec(spec, args.problem)
-    if args.microbatches is not None:
-        if args.microbatches < 1:
-            raise SpecError(f"--microbatches: must be at least 1, got {args.microbatches}")
+    if args.microbatches is not None and args.microbatches < 1:
+        raise SpecError(f"--microbatches: must be at least 1, got {args.microbatches}")
+
+    def adjust(p):
         from dataclasses import replace
 
-        pipe = replace(pipe, num_microbatches=args.microbatches)
+        return p if args.microbatches is None else replace(p, num_microbatches=args.microbatches)
+
+    cuts = args.cuts or (spec.training.cuts if spec.training is not None else None)
+    if cuts is not None and spec.training is None:
+        raise SpecError(f"--cuts: {args.problem} gives its stages directly; only a model-level problem can be cut")
+    pipe = adjust(pipeline_from_spec(spec, args.problem, granularity="sublayer" if cuts == "sublayer" else "layer"))
     solver = args.solver or (None if args.schedule else pipe.default_solver)
     _check_method_names(args, spec, solver)
     options = {}
     if solver is not None:
         options["time_limit"] = _solver_time(args.time_limit, pipe, solver)
+        if cuts == "best":  # two partitions share the limit
+            options["time_limit"] /= 2
     if solver in ("cpsat", "lns", "best"):
         if not args.quiet:
             unit = pipe.time_unit
@@ -191,7 +205,25 @@ def cmd_solve(args, console: Console) -> int:
                 )
 
             options["progress"] = progress
-    sol = solve_pipeline(pipe, schedule=args.schedule, solver=solver, objective=args.objective, **options)
+    if cuts == "best":
+        from layersched.schedule.cuts import choose_cuts
+
+        def evaluate(p):
+            return solve_pipeline(p, schedule=args.schedule, solver=solver, objective=args.objective, **options)
+
+        sol, tried = choose_cuts(spec, args.problem, evaluate, cuts=cuts, adjust=adjust, climb=solver is None)
+        pipe = sol.pipe
+        if not args.quiet:
+            base = next((c.value for c in tried if c.granularity == "layer" and c.value is not None), None)
+            for c in tried:
+                value = fmt_time(c.value, pipe.time_unit) if c.value is not None else f"none ({c.why})"
+                gain = ""
+                if base and c.value is not None and c.granularity != "layer":
+                    gain = f" ({(base - c.value) / base:.1%} less than whole layers)"
+                chosen = " <- chosen" if c.solution is sol else ""
+                console.print(f"cuts: {c.label}: {value}{gain}{chosen}")
+    else:
+        sol = solve_pipeline(pipe, schedule=args.schedule, solver=solver, objective=args.objective, **options)
     doc = schedule_file(sol, source=str(args.problem))
     save_json(doc, args.out)
     if not args.quiet:

@@ -229,6 +229,9 @@ class TrainingSpec(Strict):
     objective: Literal["makespan", "span"] = "span"
     memory_limit: PosInt | None = None
     optimizer_bytes_per_param: NonNeg = 12.0
+    cuts: Literal["layer", "sublayer", "best"] = "best"
+    """Where ``solve`` cuts the model into stages: between whole layers, also inside them, or best:
+    both scheduled and the faster kept (`layersched.schedule.cuts`)."""
     """Optimizer state and master weights per parameter byte's parameter (Adam, mixed precision)."""
 
 

@@ -121,8 +121,32 @@ def optimizer_seconds(
     )
 
 
-def pipeline_from_spec(spec: ProblemSpec, source: str = "problem") -> Pipeline:
-    """Lower a `ProblemSpec` to a `Pipeline`; `SpecError` when it cannot be split or priced."""
+GRANULARITIES = ("layer", "sublayer")
+"""Where a model-level problem may be cut between stages: between whole layers, or also between the
+sub-layers of a layer (LayerPipe's inter-layer cuts; a transformer block's attention and MLP parts,
+down to single kernels where the cost model has them)."""
+
+
+def model_units(spec: ProblemSpec, granularity: str = "layer") -> list:
+    """The model's layers (``layer``) or their leaves (``sublayer``), in order: what stages are made of."""
+    from layersched.describe.costmodel import model_layers
+
+    if granularity not in GRANULARITIES:
+        raise ValueError(f"granularity: expected one of {', '.join(GRANULARITIES)}, got {granularity!r}")
+    model, cluster, train = spec.model, spec.cluster, spec.training
+    assert model is not None and cluster is not None and train is not None
+    layers = model_layers(model, cluster.device, train.microbatch_size)
+    return layers if granularity == "layer" else [leaf for layer in layers for leaf in layer.leaves()]
+
+
+def pipeline_from_spec(
+    spec: ProblemSpec, source: str = "problem", *, granularity: str = "layer", parts: list[list[int]] | None = None
+) -> Pipeline:
+    """Lower a `ProblemSpec` to a `Pipeline`; `SpecError` when it cannot be split or priced.
+
+    A model-level problem is cut between whole layers or, with ``granularity="sublayer"``, also
+    inside them (see `model_units`); ``parts`` gives the units of each stage (default: the exact
+    memory-aware partition with the least bottleneck)."""
     if spec.pipeline is not None:
         p = spec.pipeline
         S = p.stages
@@ -148,16 +172,14 @@ def pipeline_from_spec(spec: ProblemSpec, source: str = "problem") -> Pipeline:
             static_memory=full * 0,
             placement=_placement(p.placement),
         )
-    return _model_pipeline(spec, source)
+    return _model_pipeline(spec, source, granularity, parts)
 
 
 def _placement(value) -> str | tuple[int, ...] | None:
     return tuple(value) if isinstance(value, list) else value
 
 
-def _model_pipeline(spec: ProblemSpec, source: str) -> Pipeline:
-    from layersched.describe.costmodel import model_layers
-
+def _model_pipeline(spec: ProblemSpec, source: str, granularity: str, parts: list[list[int]] | None) -> Pipeline:
     model, cluster, train = spec.model, spec.cluster, spec.training
     assert model is not None and cluster is not None and train is not None
     ranks = train.pipeline
@@ -167,7 +189,7 @@ def _model_pipeline(spec: ProblemSpec, source: str) -> Pipeline:
             f"devices, but the cluster has {cluster.num_devices}; lower them or add devices (a profiled "
             "problem describes this machine with as many devices as 'layersched profile --pipeline' asked for)"
         )
-    layers = model_layers(model, cluster.device, train.microbatch_size)
+    layers = model_units(spec, granularity)
     S = ranks * train.stages_per_rank
     if len(layers) < S:
         raise SpecError(
@@ -192,7 +214,10 @@ def _model_pipeline(spec: ProblemSpec, source: str) -> Pipeline:
             "output_bytes",
         )
     }
-    parts = _partition(tot, S, train, cluster, model.dtype_bytes, source)
+    if parts is None:
+        parts = _partition(tot, S, train, cluster, model.dtype_bytes, source)
+    elif sorted(i for idx in parts for i in idx) != list(range(len(layers))) or len(parts) != S or not all(parts):
+        raise ValueError(f"parts: expected {S} non-empty runs covering units 0..{len(layers) - 1} in order")
 
     def per_stage(f: str, scale: float = 1.0) -> np.ndarray:
         return _ints([round(tot[f][idx].sum() * scale) for idx in parts])

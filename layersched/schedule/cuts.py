@@ -1,0 +1,130 @@
+"""Where to cut a model-level problem into stages, chosen together with the schedule (LayerPipe's
+inter-layer cuts in the main path).
+
+The partition with the least bottleneck is not always the one with the shortest schedule: the first
+ranks hold more activations, memory limits bind, and warm-up and cool-down weigh on the first and
+last stages. So each candidate is scheduled (by the caller's ``evaluate``: a template, a solver or
+``best``) and the fastest valid one wins. Candidates:
+
+- ``layer``: whole layers, the exact memory-aware partition (`describe.partition.optimal_contiguous`);
+- ``sublayer``: the same over sub-layers (a transformer block's attention and MLP parts, down to
+  single kernels where the cost model has them);
+- ``sublayer, rebalanced``: from that optimum, a hill climb that moves one cut by 1 to 10 sub-layers
+  at a time while the scheduled objective improves (within a time budget).
+
+The whole-layer candidate is always evaluated, so the result is never worse than it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from layersched.describe.config import SpecError
+from layersched.describe.stages import Pipeline, pipeline_from_spec
+from layersched.schedule.solve import NoScheduleError, Solution
+from layersched.schedule.templates import TemplateError
+from solvers import Deadlock, InvalidSchedule
+
+CUTS = ("layer", "sublayer", "best")
+
+
+@dataclass
+class Candidate:
+    """One partition tried: its label, the units per stage, and the schedule's objective (None when
+    no valid schedule was found, with why)."""
+
+    label: str
+    granularity: str
+    parts: list[list[int]]
+    value: int | None
+    solution: Solution | None
+    why: str = ""
+
+
+def _parts_from_cuts(cuts: list[int], n: int) -> list[list[int]]:
+    bounds = [0, *cuts, n]
+    return [list(range(a, b)) for a, b in zip(bounds, bounds[1:], strict=False)]
+
+
+def choose_cuts(
+    spec,
+    source: str,
+    evaluate: Callable[[Pipeline], Solution],
+    *,
+    cuts: str = "best",
+    adjust: Callable[[Pipeline], Pipeline] = lambda p: p,
+    budget: float = 10.0,
+    climb: bool = True,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[Solution, list[Candidate]]:
+    """The best schedule over the partitions ``cuts`` allows (``layer``, ``sublayer`` or ``best``: both,
+    plus the rebalanced sub-layer partition), and every candidate tried. ``adjust`` changes each
+    pipeline before it is scheduled (say, another micro-batch count); ``budget`` seconds bound the
+    hill climb, which runs only with ``climb`` (meant for a template: each step schedules again)."""
+    if cuts not in CUTS:
+        raise SpecError(f"--cuts: expected one of {', '.join(CUTS)}, got {cuts!r}")
+    tried: list[Candidate] = []
+
+    def run(label: str, granularity: str, parts: list[list[int]] | None, record: bool = True) -> Candidate:
+        try:
+            pipe = adjust(pipeline_from_spec(spec, source, granularity=granularity, parts=parts))
+            sol = evaluate(pipe)
+            units = [list(p) for p in _units(pipe, spec, granularity)]
+            cand = Candidate(label, granularity, units, sol.metrics["value"], sol)
+        except (SpecError, NoScheduleError, InvalidSchedule, Deadlock, TemplateError) as exc:
+            cand = Candidate(label, granularity, parts or [], None, None, str(exc).splitlines()[0])
+        if record:
+            tried.append(cand)
+        if progress and record:
+            progress(f"{label}: {cand.value if cand.value is not None else cand.why}")
+        return cand
+
+    if cuts in ("layer", "best"):
+        run("whole layers", "layer", None)
+    if cuts in ("sublayer", "best"):
+        start = run("sub-layers", "sublayer", None)
+        if cuts == "best" and climb and start.solution is not None:
+            climbed = _climb(start, run, budget)
+            if climbed is not start:
+                tried.append(climbed)
+                if progress:
+                    progress(f"{climbed.label}: {climbed.value}")
+    found = [c for c in tried if c.solution is not None]
+    if not found:
+        raise NoScheduleError(f"no partition could be scheduled: {'; '.join(f'{c.label}: {c.why}' for c in tried)}")
+    best = min(found, key=lambda c: (c.value, c.granularity != "layer"))
+    return best.solution, tried
+
+
+def _units(pipe: Pipeline, spec, granularity: str) -> list[list[int]]:
+    from layersched.describe.stages import model_units
+
+    names = [u.name for u in model_units(spec, granularity)]
+    index = {name: i for i, name in enumerate(names)}
+    return [[index[n] for n in stage] for stage in pipe.stage_layers]
+
+
+def _climb(start: Candidate, run, budget: float) -> Candidate:
+    """Move one cut at a time by 1, 2, 5 or 10 units (a transformer block has 10) while the objective
+    improves; the best found."""
+    t0 = time.perf_counter()
+    n = sum(len(p) for p in start.parts)
+    cuts = [p[0] for p in start.parts[1:]]
+    best = start
+    improved = True
+    while improved and time.perf_counter() - t0 < budget:
+        improved = False
+        for k in range(len(cuts)):
+            for step in (-10, -5, -2, -1, 1, 2, 5, 10):
+                trial = list(cuts)
+                trial[k] += step
+                lo = trial[k - 1] if k else 0
+                hi = trial[k + 1] if k + 1 < len(trial) else n
+                if not lo < trial[k] < hi or time.perf_counter() - t0 >= budget:
+                    continue
+                cand = run("sub-layers, rebalanced", "sublayer", _parts_from_cuts(trial, n), record=False)
+                if cand.value is not None and cand.value < best.value:
+                    best, cuts, improved = cand, trial, True
+    return best

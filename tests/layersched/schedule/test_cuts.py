@@ -1,0 +1,70 @@
+"""Cuts chosen with the schedule: sub-layer partitions in the main path, never worse than whole layers."""
+
+import pytest
+
+from layersched.cli.main import main
+from layersched.describe.config import SpecError, load_problem
+from layersched.describe.stages import model_units, pipeline_from_spec
+from layersched.schedule.cuts import choose_cuts
+from layersched.schedule.solve import solve_pipeline
+from tests.paths import PROBLEMS
+
+MAIN = ["gpt3-1.3b-a100", "bert-large-v100", "resnet50-v100", "vgg16-v100", "mobilenetv2-v100"]
+
+
+@pytest.mark.parametrize("name", MAIN)
+def test_choosing_cuts_is_never_worse_than_whole_layers(name):
+    path = PROBLEMS / f"{name}.yaml"
+    spec = load_problem(path)
+    sol, tried = choose_cuts(spec, str(path), lambda p: solve_pipeline(p, schedule="1f1b"), budget=5)
+    whole = next(c for c in tried if c.granularity == "layer")
+    assert whole.value is not None and sol.metrics["value"] <= whole.value
+    assert sol.metrics["value"] == min(c.value for c in tried if c.value is not None)
+    flat = [n for stage in sol.pipe.stage_layers for n in stage]
+    assert flat in ([u.name for u in model_units(spec, g)] for g in ("layer", "sublayer"))  # each unit once, in order
+
+
+def test_gpt3_sublayer_cuts_beat_whole_layers_and_fit_in_memory():
+    path = PROBLEMS / "gpt3-1.3b-a100.yaml"
+    spec = load_problem(path)
+    whole = solve_pipeline(pipeline_from_spec(spec, str(path)), schedule="zb-greedy")
+    sub = solve_pipeline(pipeline_from_spec(spec, str(path), granularity="sublayer"), schedule="zb-greedy")
+    assert sub.metrics["value"] < 0.95 * whole.metrics["value"]  # 619.4 ms against 667.4 ms
+    assert max(sub.metrics["peak_memory"]) <= sub.pipe.capacity  # solve validated memory too
+    assert any("." in n for stage in sub.pipe.stage_layers for n in stage)  # cut inside a layer
+
+
+def test_explicit_parts_are_checked():
+    path = PROBLEMS / "gpt3-1.3b-a100.yaml"
+    spec = load_problem(path)
+    n = len(model_units(spec, "layer"))
+    pipe = pipeline_from_spec(spec, str(path), parts=[[0], [1, 2], list(range(3, n - 1)), [n - 1]])
+    assert pipe.stage_layers[0] == ["embedding"] and pipe.stage_layers[3] == ["head"]
+    with pytest.raises(ValueError, match="non-empty runs covering units"):
+        pipeline_from_spec(spec, str(path), parts=[[0], [1], [2]])
+    with pytest.raises(ValueError, match="granularity"):
+        model_units(spec, "kernel")
+
+
+def test_solve_reports_the_partitions_and_writes_sublayer_stages(tmp_path, capsys):
+    out = tmp_path / "s.json"
+    assert main(["solve", str(PROBLEMS / "gpt3-1.3b-a100.yaml"), "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "cuts: whole layers: 768.603 ms" in text and "less than whole layers) <- chosen" in text
+    assert main(["validate", str(out)]) == 0
+    import json
+
+    layers = json.loads(out.read_text())["pipeline"]["stage_layers"]
+    assert any("." in n for stage in layers for n in stage)
+    assert main(["solve", str(PROBLEMS / "gpt3-1.3b-a100.yaml"), "--cuts", "layer", "--out", str(out)]) == 0
+    assert "cuts:" not in capsys.readouterr().out
+    layers = json.loads(out.read_text())["pipeline"]["stage_layers"]
+    assert not any("." in n for stage in layers for n in stage)
+
+
+def test_cuts_on_a_stage_level_problem_is_one_line(capsys):
+    assert main(["solve", str(PROBLEMS / "zb-1.5b.yaml"), "--cuts", "sublayer", "--out", "/tmp/never.json"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "only a model-level problem can be cut" in err[0]
+    with pytest.raises(SpecError, match="--cuts"):
+        choose_cuts(load_problem(PROBLEMS / "gpt3-1.3b-a100.yaml"), "x", lambda p: None, cuts="kernel")
