@@ -66,15 +66,14 @@ class Embedding(nn.Module):
         return self.tokens(ids) + self.positions(torch.arange(ids.shape[1], device=ids.device))
 
 
-class Block(nn.Module):
-    """Pre-norm transformer block: causal self-attention and an MLP, each with a residual."""
+class Attention(nn.Module):
+    """A block's first part: ``x + proj(causal self-attention(norm(x)))``."""
 
     def __init__(self, hidden: int, heads: int):
         super().__init__()
         self.heads = heads
-        self.norm1, self.norm2 = nn.LayerNorm(hidden), nn.LayerNorm(hidden)
+        self.norm1 = nn.LayerNorm(hidden)
         self.qkv, self.proj = nn.Linear(hidden, 3 * hidden), nn.Linear(hidden, hidden)
-        self.mlp = nn.Sequential(nn.Linear(hidden, 4 * hidden), nn.GELU(), nn.Linear(4 * hidden, hidden))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, h = x.shape
@@ -82,8 +81,35 @@ class Block(nn.Module):
             z.view(b, t, self.heads, h // self.heads).transpose(1, 2) for z in self.qkv(self.norm1(x)).split(h, dim=2)
         )
         att = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(att.transpose(1, 2).reshape(b, t, h))
-        return x + self.mlp(self.norm2(x))
+        return x + self.proj(att.transpose(1, 2).reshape(b, t, h))
+
+
+class MLP(nn.Module):
+    """A block's second part: ``x + mlp(norm(x))``."""
+
+    def __init__(self, hidden: int):
+        super().__init__()
+        self.norm2 = nn.LayerNorm(hidden)
+        self.ff = nn.Sequential(nn.Linear(hidden, 4 * hidden), nn.GELU(), nn.Linear(4 * hidden, hidden))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.ff(self.norm2(x))
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: causal self-attention and an MLP, each with a residual. It declares
+    the two as ``sublayers`` (``attn``, ``mlp``): a schedule may cut between them."""
+
+    def __init__(self, hidden: int, heads: int):
+        super().__init__()
+        self.attn, self.mlp = Attention(hidden, heads), MLP(hidden)
+
+    @property
+    def sublayers(self) -> list[tuple[str, nn.Module]]:
+        return [("attn", self.attn), ("mlp", self.mlp)]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.mlp(self.attn(x))
 
 
 class Head(nn.Module):

@@ -96,7 +96,7 @@ def cmd_profile(args, console) -> int:
         table.add_column(col, justify="right")
     times = ("forward", "backward_input", "backward_weight", "backward")
     sizes = ("activation_bytes", "kept_for_weight_grad", "param_bytes", "output_bytes")
-    for layer in prof["layers"]:
+    for layer in (leaf for top in prof["layers"] for leaf in top.get("sublayers", [top])):  # sub-layers, named
         table.add_row(layer["name"], *(f"{layer[k] * 1e3:.3f}" for k in times), *(str(layer[k]) for k in sizes))
     console.print(table)
     link = prof.get("link")

@@ -32,7 +32,7 @@ import torch
 
 from layersched.describe.config import ClusterSpec, DeviceSpec, LinkSpec, ModelSpec, ProblemSpec, TrainingSpec
 from layersched.runtime.runner import SGD
-from layersched.runtime.workload import load_workload
+from layersched.runtime.workload import Workload, load_workload
 
 # autograd nodes that only reshape a parameter on its way to its gradient accumulator
 _VIEWS = {
@@ -454,10 +454,14 @@ def profile(
     dev = torch.device("cuda", 0) if device == "cuda" else torch.device(device)
     w = load_workload(model, microbatch_size=microbatch, **(model_options or {}))
     x, y = w.batches(0, 1)[0]
-    layers = _with_threads(
+    units = Workload(w.units(sublayers=True), w.loss_fn, w.batches, w.name)  # sub-layers timed one by one
+    flat = _with_threads(
         threads,
-        lambda: profile_layers(w, x, y, repeat=repeat, warmup=warmup, device=dev, num_microbatches=num_microbatches),
+        lambda: profile_layers(
+            units, x, y, repeat=repeat, warmup=warmup, device=dev, num_microbatches=num_microbatches
+        ),
     )
+    layers = _nest(w, flat)
     dtype = next((p.dtype for _, m in w.layers for p in m.parameters()), torch.float32)
     result = {
         "model": w.name,
@@ -480,6 +484,21 @@ def profile(
     elif link is not None:
         result["link"] = dict(link)
     return result
+
+
+def _nest(w: Workload, flat: list[dict]) -> list[dict]:
+    """Per layer its figures, or for a layer with sub-layers ``{"name", "sublayers": [...]}`` with the
+    sub-layers' figures (named ``layer.part``, as `Workload.units` and the cost model's leaves)."""
+    out, k = [], 0
+    for name, layer in w.layers:
+        parts = getattr(layer, "sublayers", None)
+        if parts:
+            out.append({"name": name, "sublayers": flat[k : k + len(parts)]})
+            k += len(parts)
+        else:
+            out.append(flat[k])
+            k += 1
+    return out
 
 
 def problem_from_profile(

@@ -93,6 +93,11 @@ class Prepared:
     plan: Plan
     workload: Workload
     stage_layers: list[list[str]]
+    modules: dict[str, nn.Module] | None = None  # the units stage_layers names (layers or sub-layers)
+
+    def __post_init__(self) -> None:
+        if self.modules is None:
+            self.modules = dict(self.workload.layers)
 
 
 def prepare(cfg: RunConfig, world_size: int) -> Prepared:
@@ -114,7 +119,9 @@ def prepare(cfg: RunConfig, world_size: int) -> Prepared:
             "backward); drop one of them"
         )
     workload = load_workload(cfg.model, **cfg.model_options)
-    return Prepared(plan, workload, assign_layers(p.num_stages, p.stage_layers, workload.layer_names))
+    names, stage_layers = workload.stage_units(p.stage_layers)
+    units = dict(workload.units(sublayers=names != workload.layer_names))
+    return Prepared(plan, workload, assign_layers(p.num_stages, stage_layers, names), units)
 
 
 def param_name(layer: str, name: str) -> str:
@@ -371,7 +378,7 @@ class Executor:
         self.M, self.S = plan.num_microbatches, plan.num_stages
         self.workload = prep.workload
         self.steps = plan.ranks[self.pr].steps
-        modules = dict(prep.workload.layers)
+        modules = prep.modules
         mine = set(plan.ranks[self.pr].stages)
         self.stages: dict[int, Stage] = {}
         meta: list[nn.Module] = []

@@ -59,7 +59,7 @@ def run_torch_rank(cfg: RunConfig, prep: Prepared, rank: int, device: torch.devi
     # every process creates every group, in the same order
     pipe_groups = [dist.new_group([d * R + r for r in range(R)]) for d in range(D)] if D > 1 else [None]
     dp_group = replica_groups(R, D)[pr] if D > 1 else None
-    modules = dict(prep.workload.layers)
+    modules = prep.modules
     mine = plan.ranks[pr].stages
     submods = {s: nn.Sequential(*(modules[n] for n in prep.stage_layers[s])).to(device) for s in mine}
     stages = [PipelineStage(submods[s], s, S, device, group=pipe_groups[replica]) for s in mine]

@@ -10,7 +10,9 @@ The builder takes keyword options (at least ``microbatch_size``) and returns an 
   the same on every call and every process (seeded by ``step``).
 
 The builder must give the same initial weights on every call (seed its own generator): each rank
-builds the model and keeps its stages. Each layer takes one tensor and returns one tensor.
+builds the model and keeps its stages. Each layer takes one tensor and returns one tensor. A layer
+may declare ``sublayers`` (see `Workload.units`): a schedule may then cut inside it (LayerPipe's
+inter-layer cuts), naming the parts ``layer.part`` in its ``stage_layers``.
 
 Example
 -------
@@ -47,6 +49,30 @@ class Workload:
     @property
     def layer_names(self) -> list[str]:
         return [name for name, _ in self.layers]
+
+    def units(self, sublayers: bool = False) -> list[tuple[str, nn.Module]]:
+        """The layers, or with ``sublayers`` each layer that declares sub-layers replaced by them, named
+        ``layer.part``. A layer declares them with a ``sublayers`` attribute: ``(name, module)`` pairs
+        that, run in turn, compute the layer (each takes one tensor and returns one)."""
+        if not sublayers:
+            return list(self.layers)
+        out = []
+        for name, layer in self.layers:
+            parts = getattr(layer, "sublayers", None)
+            out.extend((f"{name}.{sub}", m) for sub, m in parts) if parts else out.append((name, layer))
+        return out
+
+    def stage_units(self, stage_layers: list[list[str]] | None) -> tuple[list[str], list[list[str]] | None]:
+        """The unit names a schedule's ``stage_layers`` refer to (whole layers, or sub-layers when it
+        names any), and ``stage_layers`` with each whole layer that has sub-layers spelled out as them
+        when it runs at sub-layer level."""
+        whole = self.layer_names
+        if stage_layers is None or all(n in whole for names in stage_layers for n in names):
+            return whole, stage_layers
+        subs = [n for n, _ in self.units(sublayers=True)]
+        parts = {name: [f"{name}.{sub}" for sub, _ in layer.sublayers] for name, layer in self.layers
+                 if getattr(layer, "sublayers", None)}  # fmt: skip
+        return subs, [[u for n in names for u in parts.get(n, [n])] for names in stage_layers]
 
 
 def named_layers(layers) -> list[tuple[str, nn.Module]]:

@@ -56,8 +56,10 @@ def test_gpt_problem_file_loads_and_splits(tmp_path):
         "block3",
         "head",
     ]
-    blocks = [x for x in prof["layers"] if x["name"].startswith("block")]
-    assert all(0 < x["kept_for_weight_grad"] < x["activation_bytes"] for x in blocks)
+    blocks = [x for x in prof["layers"] if x["name"].startswith("block")]  # measured part by part
+    parts = [p for x in blocks for p in x["sublayers"]]
+    assert [p["name"] for p in parts[:2]] == ["block0.attn", "block0.mlp"]
+    assert all(0 < p["kept_for_weight_grad"] < p["activation_bytes"] for p in parts)
     assert prof["layers"][0]["backward_input"] == 0.0  # token ids have no gradient
 
 

@@ -82,7 +82,27 @@ def _gpt_case() -> Case:
     return Case("gpt-stage-layers-2x1", _config(doc, GPT))
 
 
-CASES = {2: [*_cases(2, 1), *_cases(1, 2), _gpt_case()], 4: [*_cases(4, 1), *_cases(2, 2)]}
+def _gpt_sublayer_cases(ranks: int) -> list[Case]:
+    """gpt_small cut inside its blocks (between a block's attention and MLP parts, LayerPipe's
+    inter-layer cuts): ours and torch's runtime."""
+    layers = {
+        2: [["embed", "block0", "block1.attn"], ["block1.mlp", "block2", "block3", "head"]],
+        4: [["embed", "block0.attn"], ["block0.mlp", "block1"], ["block2", "block3.attn"], ["block3.mlp", "head"]],
+    }[ranks]
+    pipe = replace(stage_pipe(ranks, 2 * ranks), stage_layers=layers)
+    out = []
+    for name in ("1f1b-split", "zb-h1"):
+        doc = schedule_file(solve_pipeline(pipe, schedule=name))
+        out.append(Case(f"gpt-sublayers-{name}-{ranks}x1", _config(doc, GPT)))
+    why = torch_supports(doc)
+    out.append(Case(f"gpt-sublayers-{ranks}x1-torch", None if why else _config(doc, GPT, runtime="torch"), why))
+    return out
+
+
+CASES = {
+    2: [*_cases(2, 1), *_cases(1, 2), _gpt_case(), *_gpt_sublayer_cases(2)],
+    4: [*_cases(4, 1), *_cases(2, 2), *_gpt_sublayer_cases(4)],
+}
 ALL = [c for cases in CASES.values() for c in cases]
 
 
