@@ -55,6 +55,8 @@ def cmd_bench(args, console) -> int:
             progress=progress,
         )
     console.print(rows_table(result))
+    for section in result.sections:
+        console.print(rows_table(section))
     console.print(f"wrote {', '.join(str(f) for f in result.files)}")
     return 0
 
@@ -104,4 +106,8 @@ def run_bench(
     csv_path = out_dir / f"{result.title.split()[-1]}.csv"
     write_text(csv_path, rows_to_csv(result.rows, result.columns))
     result.files.insert(0, csv_path)
+    for section in result.sections:
+        path = out_dir / f"{section.title.split()[-1]}.csv"
+        write_text(path, rows_to_csv(section.rows, section.columns))
+        result.files.append(path)
     return result

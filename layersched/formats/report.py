@@ -23,6 +23,7 @@ class BenchResult:
     rows: list[dict]
     columns: tuple[str, ...]
     files: list[Path] = field(default_factory=list)
+    sections: list[BenchResult] = field(default_factory=list)  # further tables, each with its own CSV
 
 
 def rows_table(result: BenchResult):

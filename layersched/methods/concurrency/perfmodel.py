@@ -49,12 +49,13 @@ class ThreadModel:
 
 
 def _nnls3(ks: np.ndarray, ts: np.ndarray) -> tuple[float, float, float]:
-    """Non-negative least squares for (a, b, c) by trying every subset of the three terms."""
+    """Non-negative least squares for (a, b, c) by trying every subset of the three terms that keeps
+    ``a`` or ``b`` (a model that is zero on one thread predicts nothing)."""
     columns = np.stack([np.ones_like(ks), 1.0 / ks, ks - 1.0], axis=1)
     best, coef = None, (float(ts.mean()), 0.0, 0.0)
     for r in range(1, 4):
         for subset in itertools.combinations(range(3), r):
-            if len(ks) < len(subset):
+            if len(ks) < len(subset) or 2 in subset and len(subset) == 1:
                 continue
             x, *_ = np.linalg.lstsq(columns[:, subset], ts, rcond=None)
             if (x < -1e-15).any():

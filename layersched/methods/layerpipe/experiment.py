@@ -11,6 +11,11 @@ optimizer state, stashed versions for PipeDream, in-flight activations); the plo
 draws it. ``pd_repl_ms`` is PipeDream's partitioner with replication on (stages replicated
 data-parallel, weight sync counted). The last row times the partitioner on 1000 random sub-layers and 64 processors.
 
+A second table (``layerpipe-main.csv``) is the main path: ``solve --solver best`` on each bundled
+transformer and CNN pipeline problem with its whole-layer and its sub-layer partition
+(`layersched.schedule.cuts`), the span kept, its bound, the gain over whole layers, and the peak
+activation memory against the limit.
+
 Example
 -------
 >>> from layersched.methods.layerpipe.experiment import MODELS
@@ -170,6 +175,70 @@ def run(out_dir: Path, *, quick: bool = False, progress=None) -> BenchResult:
     png = out_dir / "layerpipe.png"
     plot(rows, png)
     rows.append(timing_row())
+    main = main_path_rows(
+        1.0 if quick else 5.0, progress, MAIN_PROBLEMS[2:3] + MAIN_PROBLEMS[-2:] if quick else MAIN_PROBLEMS
+    )
     if progress:
         progress(total, total, "done")
-    return BenchResult("experiment layerpipe", rows, COLUMNS, [png])
+    section = BenchResult("main path (solve --solver best): whole-layer vs sub-layer cuts, layerpipe-main", main,
+                          MAIN_COLUMNS)  # fmt: skip
+    return BenchResult("experiment layerpipe", rows, COLUMNS, [png], sections=[section])
+
+
+MAIN_PROBLEMS = (
+    "bert-large-v100.yaml",
+    "bert-ooo-v100.yaml",
+    "gpt3-1.3b-a100.yaml",
+    "gpt3-1.3b-h100.yaml",
+    "gpt3-2.7b-a100.yaml",
+    "gpt3-2.7b-a100-2x8.yaml",
+    "mobilenetv2-v100.yaml",
+    "resnet50-v100.yaml",
+    "vgg16-v100.yaml",
+)
+"""The bundled transformer and CNN problems with a pipeline of two or more stages."""
+MAIN_COLUMNS = (
+    "problem",
+    "stages",
+    "whole_ms",
+    "sublayer_ms",
+    "chosen_ms",
+    "bound_ms",
+    "gain",
+    "peak_gib",
+    "limit_gib",
+)
+
+
+def main_path_rows(time_limit: float, progress=None, problems=MAIN_PROBLEMS) -> list[dict]:
+    """For each problem (default `MAIN_PROBLEMS`): `solve --solver best` (``time_limit`` per partition) on
+    whole-layer and sub-layer partitions (`layersched.schedule.cuts`), the span chosen, its bound,
+    the gain over whole layers, and the chosen schedule's peak memory against the limit."""
+    from layersched.schedule.cuts import choose_cuts
+    from layersched.schedule.solve import solve_pipeline
+
+    rows = []
+    for j, file in enumerate(problems):
+        if progress:
+            progress(j, len(problems), f"main path: {file}")
+        spec = load_problem(ROOT / file)
+        sol, tried = choose_cuts(
+            spec, file, lambda p: solve_pipeline(p, solver="best", time_limit=time_limit), climb=False
+        )
+        by = {c.granularity: c.value for c in tried}
+        whole, chosen = by.get("layer"), sol.metrics["value"]
+        peak = max(sol.metrics.get("peak_memory", [0]) or [0])
+        rows.append(
+            {
+                "problem": file.removesuffix(".yaml"),
+                "stages": sol.pipe.num_stages,
+                "whole_ms": round(whole / 1e6, 3) if whole is not None else None,
+                "sublayer_ms": round(by["sublayer"] / 1e6, 3) if by.get("sublayer") is not None else None,
+                "chosen_ms": round(chosen / 1e6, 3),
+                "bound_ms": round(sol.metrics["lower_bound"] / 1e6, 3),
+                "gain": (whole - chosen) / whole if whole else 0.0,
+                "peak_gib": round(peak / 2**30, 2),
+                "limit_gib": round(sol.pipe.capacity / 2**30, 2) if sol.pipe.capacity else None,
+            }
+        )
+    return rows

@@ -143,3 +143,9 @@ def test_experiment_quick(tmp_path):
     assert all(r["speedup"] >= 1 - 1e-9 for r in rows)
     assert all(p.exists() for p in result.files) and any(p.suffix == ".png" for p in result.files)
     assert result.rows[-1]["sublayers"] == 1000
+    main = result.sections[0].rows  # the main path: whole-layer against sub-layer partitions
+    assert [r["problem"] for r in main] == ["gpt3-1.3b-a100", "resnet50-v100", "vgg16-v100"]
+    for r in main:
+        assert r["chosen_ms"] <= r["whole_ms"] and r["chosen_ms"] >= r["bound_ms"] and r["peak_gib"] <= r["limit_gib"]
+    assert main[0]["gain"] > 0.05  # GPT-3 1.3B: 617.9 ms against 667.4 ms
+    assert (tmp_path / "layerpipe-main.csv").exists()
