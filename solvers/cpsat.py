@@ -35,7 +35,7 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from solvers.bounds import heads_tails, lower_bound
-from solvers.listsched import effective_allowed, infeasible_reason
+from solvers.listsched import effective_allowed, infeasible_reason, list_schedule
 from solvers.problem import OBJECTIVES, Problem, Result, Schedule
 from solvers.validate import validate, violations
 
@@ -74,7 +74,8 @@ def cpsat(
         CP-SAT search workers.
     hint : Schedule, optional
         Starting solution (``AddHint`` on starts and presences). When it validates, the result is
-        never worse than it: it is returned if CP-SAT finds nothing better in time.
+        never worse than it: it is returned if CP-SAT finds nothing better in time. Without one (and
+        without ``keep_processor`` or ``order_pairs``) the list schedule is the hint.
     symmetry : list of task chains, optional
         Tasks that are interchangeable, in the order they must start (``start[a] <= start[b]`` for
         consecutive ones). The caller vouches that this removes only symmetric solutions.
@@ -118,6 +119,9 @@ def cpsat(
     why = infeasible_reason(problem, effective_allowed(problem))
     if why:
         return Result(None, "infeasible", None, bound, time.perf_counter() - t0, "cpsat", objective, {"reason": why})
+    if hint is None and keep_processor is None and order_pairs is None:
+        # start from list scheduling (within a quarter of the limit): never nothing where it finds one
+        hint = list_schedule(problem, objective=objective, time_limit=max(0.01, time_limit / 4)).schedule
     hint_ok, hint_value, hint_note = _check_hint(problem, hint, objective)
     build = build_seconds(problem)
     if build > BUILD_SHARE * time_limit:  # refuse early: the model would leave no time to search
@@ -294,6 +298,14 @@ class _Model:
                 raise ValueError("keep_processor: a task is kept on a processor it may not use")
             allowed[kept] = False
             allowed[kept, keep[kept]] = True
+            grouped = problem.group >= 0
+            if grouped.any():  # a kept task pins its whole affinity group (LNS may free only some of it)
+                ids, inverse = np.unique(problem.group[grouped], return_inverse=True)
+                common = np.ones((len(ids), problem.num_processors), dtype=bool)
+                np.logical_and.at(common, inverse, allowed[grouped])
+                if not common.any(axis=1).all():
+                    raise ValueError("keep_processor: tasks of one affinity group are kept on different processors")
+                allowed[grouped] = common[inverse]
         self.allowed = allowed
         self.procs = [np.flatnonzero(row).tolist() for row in allowed]
         head, tail = heads_tails(problem)

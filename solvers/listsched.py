@@ -318,6 +318,11 @@ def _place(
     waiting: list[list[tuple[int, int]]] = [[] for _ in range(P)]  # (data-ready time, position)
     arrived: list[list[int]] = [[] for _ in range(P)]  # positions whose data has arrived
     blocked: list[list[tuple[int, int]]] = [[] for _ in range(P)]  # (allocation, position)
+    assigned = [-1] * n  # the processor whose queues hold a ready task (entries elsewhere are stale)
+    # a task may move to another processor while memory blocks it: not when it is bound to one, or
+    # to its group's (the group's other tasks decide where it runs)
+    movable = [fixed[t] < 0 and group[t] < 0 for t in range(n)]
+    num_blocked = [0]
     events: list[tuple[int, int]] = []  # (time, processor): when a processor may start a task
     heappush, heappop = heapq.heappush, heapq.heappop
 
@@ -365,8 +370,38 @@ def _place(
             if group[t] >= 0:
                 gproc[group[t]] = q
         heappush(waiting[q], (ready, pos_of[t]))
+        assigned[t] = q
         backlog[q] += dur[t]
         heappush(events, (next_time(q), q))
+
+    def arrival(t: int, r: int) -> int:
+        """When task ``t``'s data is on processor ``r`` (all its predecessors placed)."""
+        ready = 0
+        for k in range(pptr[t], pptr[t + 1]):
+            p = psrc[k]
+            c = end[p] + pdel[k] if proc[p] != r else end[p]
+            if c > ready:
+                ready = c
+        return ready
+
+    def move(t: int, r: int) -> None:
+        """Re-queue a memory-blocked task on processor ``r``, where it fits."""
+        q = assigned[t]
+        backlog[q] -= dur[t]
+        backlog[r] += dur[t]
+        assigned[t] = r
+        heappush(waiting[r], (arrival(t, r), pos_of[t]))
+        heappush(events, (next_time(r), r))
+
+    def room_elsewhere(t: int, q: int) -> int:
+        """Another allowed processor where task ``t``'s allocation fits now (the one free first), or -1."""
+        best, pick = None, -1
+        for r in patterns[pattern[t]]:
+            if r != q and cur[r] + mem[t] <= cap[r]:
+                key = (max(avail[r], arrival(t, r)) + backlog[r], r)
+                if best is None or key < best:
+                    best, pick = key, r
+        return pick
 
     for t in range(n):
         if indeg[t] == 0:
@@ -387,8 +422,16 @@ def _place(
         t = -1
         while here:
             pos = heappop(here)
+            if assigned[order[pos]] != q:  # moved to another processor meanwhile
+                continue
             if cur[q] + mem[order[pos]] > cap[q]:  # cur <= cap always, so only an allocation fails
-                heappush(blocked[q], (mem[order[pos]], pos))
+                u = order[pos]
+                r = room_elsewhere(u, q) if movable[u] else -1
+                if r >= 0:  # it fits elsewhere now: go there rather than wait for a release here
+                    move(u, r)
+                else:
+                    heappush(blocked[q], (mem[u], pos))
+                    num_blocked[0] += 1
             else:
                 t = order[pos]
                 break
@@ -403,10 +446,21 @@ def _place(
         sequence.append(t)
         if m:
             cur[q] += m
-            if m < 0:  # room freed: blocked tasks that now fit may start
+            if m < 0:  # room freed: blocked tasks that now fit may start, here or moved here
                 heap = blocked[q]
                 while heap and cur[q] + heap[0][0] <= cap[q]:
-                    heappush(here, heappop(heap)[1])
+                    pos = heappop(heap)[1]
+                    num_blocked[0] -= 1
+                    if assigned[order[pos]] == q:
+                        heappush(here, pos)
+                if num_blocked[0]:
+                    for r in range(P):
+                        if r == q or not blocked[r]:
+                            continue
+                        for _, pos in list(blocked[r]):
+                            u = order[pos]
+                            if assigned[u] == r and movable[u] and allowed[u, q] and cur[q] + mem[u] <= cap[q]:
+                                move(u, q)  # its entry in blocked[r] is now stale
         for k in range(sptr[t], sptr[t + 1]):
             v = stgt[k]
             indeg[v] -= 1
@@ -416,7 +470,7 @@ def _place(
             heappush(events, (next_time(q), q))
 
     if len(sequence) < n:
-        stuck = [order[pos] for heap in blocked for _, pos in heap]
+        stuck = [order[pos] for q, heap in enumerate(blocked) for _, pos in heap if assigned[order[pos]] == q]
         if not stuck:
             t = next(t for t in range(n) if proc[t] < 0)
             raise ValueError(

@@ -80,3 +80,15 @@ def test_bad_arguments_are_refused():
 
 def test_docstring_examples():
     assert doctest.testmod(solvers.lns).failed == 0
+
+
+def test_a_kept_task_pins_its_affinity_group():
+    """LNS may keep one task of a group and free another: the freed one must stay with its group."""
+    import numpy as np
+
+    from solvers.cpsat import cpsat
+
+    r = cpsat(Problem([5, 5], num_processors=2, group=[0, 0]), keep_processor=np.array([0, -1]))
+    assert r.schedule.processor.tolist() == [0, 0]
+    with pytest.raises(ValueError, match="kept on different processors"):
+        cpsat(Problem([5, 5], num_processors=2, group=[0, 0]), keep_processor=np.array([0, 1]))
