@@ -121,7 +121,26 @@ def prepare(cfg: RunConfig, world_size: int) -> Prepared:
     workload = load_workload(cfg.model, **cfg.model_options)
     names, stage_layers = workload.stage_units(p.stage_layers)
     units = dict(workload.units(sublayers=names != workload.layer_names))
-    return Prepared(plan, workload, assign_layers(p.num_stages, stage_layers, names), units)
+    assigned = assign_layers(p.num_stages, stage_layers, names)
+    check_shared_parameters(assigned, units)
+    return Prepared(plan, workload, assigned, units)
+
+
+def check_shared_parameters(stage_layers: list[list[str]], modules: dict[str, nn.Module]) -> None:
+    """`PlanError` naming the parameter and the stages when one parameter (a tied embedding and
+    output head, say) belongs to layers of different stages: each stage would keep and update its own
+    copy, and the run would silently drift from the model. Sharing within one stage is fine."""
+    owner: dict[int, tuple[int, str]] = {}
+    for s, names in enumerate(stage_layers):
+        for layer in names:
+            for pname, param in modules[layer].named_parameters(remove_duplicate=False):
+                first = owner.setdefault(id(param), (s, f"{layer}.{pname}"))
+                if first[0] != s:
+                    raise PlanError(
+                        f"parameter {first[1]} of stage {first[0]} is shared with {layer}.{pname} of stage {s} "
+                        "(tied weights); the runner keeps one copy per stage and would train them apart: put "
+                        "both layers in one stage, or untie them"
+                    )
 
 
 def param_name(layer: str, name: str) -> str:
@@ -194,7 +213,8 @@ class Stage:
         self.out_grads: dict[int, list[torch.Tensor | None]] = {}
 
     def parameters(self) -> list[torch.Tensor]:
-        return [p for ps in self.params for p in ps]
+        """The stage's parameters, each once (a parameter tied between two of its layers too)."""
+        return list({id(p): p for ps in self.params for p in ps}.values())
 
     def forward(self, mb: int, x: torch.Tensor, loss_fn=None, target=None, scale: float = 1.0) -> torch.Tensor:
         """Run the layers on ``x``; on the last stage return the scaled loss, else the output

@@ -55,3 +55,11 @@ def raises(microbatch_size: int = 8):
 
 def hangs(microbatch_size: int = 8):
     return _broken("hang", microbatch_size)
+
+
+def tied_gpt(microbatch_size: int = 4):
+    """gpt_small with its output projection tied to the token embedding (as GPT-2 does)."""
+    w = resolve(f"{EXAMPLES / 'models.py'}:gpt_small")(microbatch_size=microbatch_size, vocab=32)
+    layers = dict(w.layers)
+    layers["head"].out.weight = layers["embed"].tokens.weight
+    return w

@@ -50,3 +50,37 @@ def test_a_unit_the_model_lacks_is_one_line_before_any_process():
     with pytest.raises(PlanError, match=r"layer 'block0.qkv' of stage 0 is not in the model \(its layers: embed, "
                                         r"block0.attn, block0.mlp"):  # fmt: skip
         prepare(RunConfig(doc, GPT), 2)
+
+
+def test_tied_weights_across_stages_are_refused_with_the_parameter_and_the_stages():
+    from dataclasses import replace
+
+    from tests.layersched.runtime.test_runner import BROKEN, stage_pipe
+
+    tied = f"{BROKEN}:tied_gpt"
+    apart = [["embed", "block0", "block1"], ["block2", "block3", "head"]]
+    doc = schedule_file(solve_pipeline(replace(stage_pipe(2, 4), stage_layers=apart), schedule="1f1b"))
+    with pytest.raises(PlanError, match=r"parameter embed.tokens.weight of stage 0 is shared with head.out.weight "
+                                        r"of stage 1 \(tied weights\)"):  # fmt: skip
+        prepare(RunConfig(doc, tied), 2)
+    together = [["embed", "block0", "block1", "block2", "block3", "head"]]
+    doc = schedule_file(solve_pipeline(replace(stage_pipe(1, 2), stage_layers=together), schedule="1f1b"))
+    prepare(RunConfig(doc, tied), 1)  # one stage holds both: nothing to keep in step
+
+
+def test_weights_tied_within_one_stage_train_as_the_reference():
+    """Both tied layers in one stage: the stage updates the shared parameter once per step, as the
+    single-process reference does."""
+    from dataclasses import replace
+
+    from layersched.runtime.launch import launch_jobs
+    from layersched.runtime.runner import train_reference
+    from tests.layersched.runtime.test_runner import BROKEN, stage_pipe
+
+    tied = f"{BROKEN}:tied_gpt"
+    together = [["embed", "block0", "block1", "block2", "block3", "head"]]
+    doc = schedule_file(solve_pipeline(replace(stage_pipe(1, 2), stage_layers=together), schedule="1f1b"))
+    [results] = launch_jobs([RunConfig(doc, tied, steps=2, lr=0.05, momentum=0.9)], timeout=300)
+    ref, _ = train_reference(tied, 2, steps=2, lr=0.05, momentum=0.9)
+    got = results[0].params
+    torch.testing.assert_close(got["embed.tokens.weight"], ref["embed.tokens.weight"], rtol=1e-5, atol=1e-12)
