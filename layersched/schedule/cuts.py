@@ -12,7 +12,8 @@ last stages. So each candidate is scheduled (by the caller's ``evaluate``: a tem
 - ``sublayer, rebalanced``: from that optimum, a hill climb that moves one cut by 1 to 10 sub-layers
   at a time while the scheduled objective improves (within a time budget).
 
-The whole-layer candidate is always evaluated, so the result is never worse than it.
+The whole-layer candidate is always evaluated first, so the result is never worse than it. A search
+interrupted by Ctrl-C ends the comparison: the best so far is returned, marked interrupted.
 """
 
 from __future__ import annotations
@@ -66,8 +67,11 @@ def choose_cuts(
     if cuts not in CUTS:
         raise SpecError(f"--cuts: expected one of {', '.join(CUTS)}, got {cuts!r}")
     tried: list[Candidate] = []
+    stopped = [False]  # Ctrl-C inside a search: keep what there is, try nothing more
 
     def run(label: str, granularity: str, parts: list[list[int]] | None, record: bool = True) -> Candidate:
+        if stopped[0]:
+            return Candidate(label, granularity, parts or [], None, None, "not tried: interrupted")
         try:
             pipe = adjust(pipeline_from_spec(spec, source, granularity=granularity, parts=parts))
             sol = evaluate(pipe)
@@ -75,6 +79,8 @@ def choose_cuts(
             cand = Candidate(label, granularity, units, sol.metrics["value"], sol)
         except (SpecError, NoScheduleError, InvalidSchedule, Deadlock, TemplateError) as exc:
             cand = Candidate(label, granularity, parts or [], None, None, str(exc).splitlines()[0])
+        if cand.solution is not None and cand.solution.info.get("interrupted"):
+            stopped[0] = True
         if record:
             tried.append(cand)
         if progress and record:
@@ -95,6 +101,8 @@ def choose_cuts(
     if not found:
         raise NoScheduleError(f"no partition could be scheduled: {'; '.join(f'{c.label}: {c.why}' for c in tried)}")
     best = min(found, key=lambda c: (c.value, c.granularity != "layer"))
+    if stopped[0]:  # the caller says the result is unfinished
+        best.solution.info["interrupted"] = True
     return best.solution, tried
 
 

@@ -68,3 +68,17 @@ def test_cuts_on_a_stage_level_problem_is_one_line(capsys):
     assert len(err) == 1 and "only a model-level problem can be cut" in err[0]
     with pytest.raises(SpecError, match="--cuts"):
         choose_cuts(load_problem(PROBLEMS / "gpt3-1.3b-a100.yaml"), "x", lambda p: None, cuts="kernel")
+
+
+def test_an_interrupted_search_ends_the_comparison():
+    path = PROBLEMS / "gpt3-1.3b-a100.yaml"
+    calls = []
+
+    def evaluate(p):
+        sol = solve_pipeline(p, schedule="1f1b")
+        calls.append(p)
+        sol.info["interrupted"] = True  # as solve_best marks a search cut by Ctrl-C
+        return sol
+
+    sol, tried = choose_cuts(load_problem(path), str(path), evaluate)
+    assert len(calls) == 1 and sol.info["interrupted"] and tried[0].granularity == "layer"
