@@ -140,13 +140,19 @@ def model_units(spec: ProblemSpec, granularity: str = "layer") -> list:
 
 
 def pipeline_from_spec(
-    spec: ProblemSpec, source: str = "problem", *, granularity: str = "layer", parts: list[list[int]] | None = None
+    spec: ProblemSpec,
+    source: str = "problem",
+    *,
+    granularity: str = "layer",
+    parts: list[list[int]] | None = None,
+    all_in_flight: bool = False,
 ) -> Pipeline:
     """Lower a `ProblemSpec` to a `Pipeline`; `SpecError` when it cannot be split or priced.
 
     A model-level problem is cut between whole layers or, with ``granularity="sublayer"``, also
     inside them (see `model_units`); ``parts`` gives the units of each stage (default: the exact
-    memory-aware partition with the least bottleneck)."""
+    memory-aware partition with the least bottleneck, counting 1F1B's activations in flight, or with
+    ``all_in_flight`` every micro-batch's on every stage)."""
     if spec.pipeline is not None:
         p = spec.pipeline
         S = p.stages
@@ -172,14 +178,16 @@ def pipeline_from_spec(
             static_memory=full * 0,
             placement=_placement(p.placement),
         )
-    return _model_pipeline(spec, source, granularity, parts)
+    return _model_pipeline(spec, source, granularity, parts, all_in_flight)
 
 
 def _placement(value) -> str | tuple[int, ...] | None:
     return tuple(value) if isinstance(value, list) else value
 
 
-def _model_pipeline(spec: ProblemSpec, source: str, granularity: str, parts: list[list[int]] | None) -> Pipeline:
+def _model_pipeline(
+    spec: ProblemSpec, source: str, granularity: str, parts: list[list[int]] | None, all_in_flight: bool = False
+) -> Pipeline:
     model, cluster, train = spec.model, spec.cluster, spec.training
     assert model is not None and cluster is not None and train is not None
     ranks = train.pipeline
@@ -215,7 +223,7 @@ def _model_pipeline(spec: ProblemSpec, source: str, granularity: str, parts: lis
         )
     }
     if parts is None:
-        parts = _partition(tot, S, train, cluster, model.dtype_bytes, source)
+        parts = _partition(tot, S, train, cluster, model.dtype_bytes, source, all_in_flight)
     elif sorted(i for idx in parts for i in idx) != list(range(len(layers))) or len(parts) != S or not all(parts):
         raise ValueError(f"parts: expected {S} non-empty runs covering units 0..{len(layers) - 1} in order")
 
@@ -284,18 +292,22 @@ def _model_pipeline(spec: ProblemSpec, source: str, granularity: str, parts: lis
     )
 
 
-def _partition(tot: dict, S: int, train, cluster, dtype_bytes: int, source: str) -> list[list[int]]:
+def _partition(
+    tot: dict, S: int, train, cluster, dtype_bytes: int, source: str, all_in_flight: bool = False
+) -> list[list[int]]:
     """Contiguous layers per stage by `layersched.describe.partition.optimal_contiguous`: the slowest stage
     (compute, or a link at a cut, both directions) as fast as possible, with each stage's weights,
     gradients and optimizer state plus the activations that 1F1B keeps in flight (``S - s``
-    micro-batches on stage ``s``, one stage per rank) within the device's memory."""
+    micro-batches on stage ``s``, one stage per rank; every micro-batch with ``all_in_flight``, the
+    memory-aware variant for schedules that keep more) within the device's memory."""
     link = (
         cluster.intra_node
         if S * train.data_parallel <= cluster.devices_per_node
         else (cluster.inter_node or cluster.intra_node)
     )
     cut = [2 * link.time(b) for b in tot["output_bytes"][:-1]]
-    in_flight = [min(train.microbatches, S - s) for s in range(S)] if train.stages_per_rank == 1 else train.microbatches
+    one_f_one_b = train.stages_per_rank == 1 and not all_in_flight
+    in_flight = [min(train.microbatches, S - s) for s in range(S)] if one_f_one_b else train.microbatches
     try:
         part = optimal_contiguous(
             tot["forward"] + tot["backward_input"] + tot["backward_weight"],

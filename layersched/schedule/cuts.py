@@ -9,6 +9,8 @@ last stages. So each candidate is scheduled (by the caller's ``evaluate``: a tem
 - ``layer``: whole layers, the exact memory-aware partition (`describe.partition.optimal_contiguous`);
 - ``sublayer``: the same over sub-layers (a transformer block's attention and MLP parts, down to
   single kernels where the cost model has them);
+- ``sublayer, memory-aware``: the exact partition when every stage must hold all micro-batches'
+  activations (for schedules that keep more in flight than 1F1B), where it differs;
 - ``sublayer, rebalanced``: from that optimum, a hill climb that moves one cut by 1 to 10 sub-layers
   at a time while the scheduled objective improves (within a time budget).
 
@@ -69,11 +71,14 @@ def choose_cuts(
     tried: list[Candidate] = []
     stopped = [False]  # Ctrl-C inside a search: keep what there is, try nothing more
 
-    def run(label: str, granularity: str, parts: list[list[int]] | None, record: bool = True) -> Candidate:
+    def run(
+        label: str, granularity: str, parts: list[list[int]] | None, record: bool = True, all_in_flight: bool = False
+    ) -> Candidate:
         if stopped[0]:
             return Candidate(label, granularity, parts or [], None, None, "not tried: interrupted")
         try:
-            pipe = adjust(pipeline_from_spec(spec, source, granularity=granularity, parts=parts))
+            pipe = pipeline_from_spec(spec, source, granularity=granularity, parts=parts, all_in_flight=all_in_flight)
+            pipe = adjust(pipe)
             sol = evaluate(pipe)
             units = [list(p) for p in _units(pipe, spec, granularity)]
             cand = Candidate(label, granularity, units, sol.metrics["value"], sol)
@@ -91,6 +96,10 @@ def choose_cuts(
         run("whole layers", "layer", None)
     if cuts in ("sublayer", "best"):
         start = run("sub-layers", "sublayer", None)
+        if cuts == "best":
+            spread = run("sub-layers, memory-aware", "sublayer", None, all_in_flight=True)
+            if spread.parts == start.parts:  # the same partition: one row says it
+                tried.remove(spread)
         if cuts == "best" and climb and start.solution is not None:
             climbed = _climb(start, run, budget)
             if climbed is not start:
