@@ -98,7 +98,7 @@ def choose_cuts(
         start = run("sub-layers", "sublayer", None)
         if cuts == "best":
             spread = run("sub-layers, memory-aware", "sublayer", None, all_in_flight=True)
-            if spread.parts == start.parts:  # the same partition: one row says it
+            if spread in tried and spread.parts == start.parts:  # the same partition: one row says it
                 tried.remove(spread)
         if cuts == "best" and climb and start.solution is not None:
             climbed = _climb(start, run, budget)
