@@ -7,6 +7,7 @@ TORCH_MODULES = [
     "layersched/run.py",
     "layersched/cli/run.py",
     "layersched/methods/adagrouper/switching.py",
+    "layersched/methods/concurrency/executor.py",
     "layersched/methods/ooo/dp_order.py",
     "layersched/methods/ooo/wstream.py",
     "layersched/methods/spectrain/asyncpipe.py",
