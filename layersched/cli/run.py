@@ -40,6 +40,31 @@ def parser() -> argparse.ArgumentParser:
     )
     add_steps(p, 10, "training steps")
     add_sgd(p, lr=0.01, momentum=0.9)
+    p.add_argument(
+        "--optimizer",
+        default="sgd",
+        metavar="NAME",
+        help="any torch.optim optimizer by name, any case (adamw, adam, sgd, ...); default sgd with --momentum",
+    )
+    p.add_argument(
+        "--optimizer-arg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="another keyword for the optimizer, e.g. weight_decay=0.1 or betas=(0.9,0.95) (repeatable)",
+    )
+    p.add_argument(
+        "--lr-schedule",
+        metavar="NAME",
+        help="a torch.optim.lr_scheduler class by name (steplr, cosineannealinglr, ...), stepped after every step",
+    )
+    p.add_argument(
+        "--lr-schedule-arg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a keyword for the schedule, e.g. step_size=2 or T_max=10 (repeatable)",
+    )
     p.add_argument("--microbatch-size", type=positive_int, metavar="N", help="passed to the model builder")
     p.add_argument(
         "--model-arg",
@@ -110,6 +135,10 @@ def _run(args) -> int:
         model_options=options,
         runtime=args.runtime,
         stage_factory=weight_stream_stage() if args.weight_stream else None,
+        optimizer=args.optimizer,
+        optimizer_args=_keywords(args.optimizer_arg, "--optimizer-arg", "weight_decay=0.1"),
+        lr_schedule=args.lr_schedule,
+        lr_schedule_args=_keywords(args.lr_schedule_arg, "--lr-schedule-arg", "step_size=2"),
     )
     if "RANK" in os.environ:
         from layersched.runtime.launch import run_under_torchrun
@@ -125,22 +154,28 @@ def _run(args) -> int:
     return 0
 
 
-def _model_options(args) -> dict:
-    """``--model-arg KEY=VALUE`` (values read as Python literals, else kept as strings) and
-    ``--microbatch-size``."""
+def _keywords(items: list[str], option: str, example: str) -> dict:
+    """``KEY=VALUE`` items as keywords: values read as Python literals, else kept as strings."""
     import ast
 
     from layersched.describe.config import SpecError
 
     options = {}
-    for item in args.model_arg:
+    for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.isidentifier():
-            raise SpecError(f"--model-arg {item!r}: expected KEY=VALUE, e.g. depth=4")
+            raise SpecError(f"{option} {item!r}: expected KEY=VALUE, e.g. {example}")
         try:
             options[key] = ast.literal_eval(value)
         except (ValueError, SyntaxError):
             options[key] = value
+    return options
+
+
+def _model_options(args) -> dict:
+    """``--model-arg KEY=VALUE`` (values read as Python literals, else kept as strings) and
+    ``--microbatch-size``."""
+    options = _keywords(args.model_arg, "--model-arg", "depth=4")
     if args.microbatch_size:
         options["microbatch_size"] = args.microbatch_size
     return options

@@ -62,6 +62,10 @@ class RunConfig:
     runtime: Literal["layersched", "torch"] = "layersched"
     trace: bool = True
     stage_factory: type | None = None
+    optimizer: str = "sgd"  # a torch.optim class by name, any case (see `make_optimizer`)
+    optimizer_args: dict = field(default_factory=dict)
+    lr_schedule: str | None = None  # a torch.optim.lr_scheduler class by name, stepped once per step
+    lr_schedule_args: dict = field(default_factory=dict)
 
     @property
     def world_size(self) -> int:
@@ -123,6 +127,7 @@ def prepare(cfg: RunConfig, world_size: int) -> Prepared:
     units = dict(workload.units(sublayers=names != workload.layer_names))
     assigned = assign_layers(p.num_stages, stage_layers, names)
     check_shared_parameters(assigned, units)
+    check_training(cfg)
     return Prepared(plan, workload, assigned, units)
 
 
@@ -147,6 +152,58 @@ def param_name(layer: str, name: str) -> str:
     return f"{layer}.{name}"
 
 
+def _torch_class(module, name: str, what: str, option: str):
+    """The class of ``module`` called ``name`` in any case; `PlanError` naming the valid ones."""
+    import inspect
+
+    base = torch.optim.Optimizer if module is torch.optim else torch.optim.lr_scheduler.LRScheduler
+    found = {
+        n.lower(): c for n, c in vars(module).items() if inspect.isclass(c) and issubclass(c, base) and c is not base
+    }
+    if name.lower() not in found:
+        valid = ", ".join(sorted(c.__name__ for c in found.values()))
+        raise PlanError(f"{option} {name!r}: not a {what}; valid: {valid}")
+    return found[name.lower()]
+
+
+def make_optimizer(params: list[torch.Tensor], cfg: RunConfig):
+    """The optimizer of ``params``: ``cfg.optimizer`` (a ``torch.optim`` class by name, any case) with
+    ``lr``, ``cfg.optimizer_args`` and, for SGD, ``momentum``. Plain SGD with momentum uses `SGD`
+    (torch's optimizers import torch._dynamo, two seconds in every process); the same numbers."""
+    if cfg.optimizer.lower() == "sgd" and not cfg.optimizer_args:
+        return SGD(params, lr=cfg.lr, momentum=cfg.momentum)
+    cls = _torch_class(torch.optim, cfg.optimizer, "torch.optim optimizer", "--optimizer")
+    kwargs = {"lr": cfg.lr, **cfg.optimizer_args}
+    if cls is torch.optim.SGD:
+        kwargs.setdefault("momentum", cfg.momentum)
+    return cls(params, **kwargs)
+
+
+def make_schedule(optimizer, cfg: RunConfig):
+    """``cfg.lr_schedule`` (a ``torch.optim.lr_scheduler`` class by name) on ``optimizer``, or None."""
+    if cfg.lr_schedule is None:
+        return None
+    cls = _torch_class(torch.optim.lr_scheduler, cfg.lr_schedule, "learning-rate schedule", "--lr-schedule")
+    return cls(optimizer, **cfg.lr_schedule_args)
+
+
+def check_training(cfg: RunConfig) -> None:
+    """The optimizer and schedule with their arguments, built once on a stand-in parameter before
+    any process starts: a bad name or argument is one line."""
+    probe = [torch.zeros(1, requires_grad=True)]
+    try:
+        opt = make_optimizer(probe, cfg)
+        if cfg.lr_schedule is not None:
+            if isinstance(opt, SGD):  # torch's schedules need a torch optimizer
+                opt = torch.optim.SGD(probe, lr=cfg.lr, momentum=cfg.momentum)
+            make_schedule(opt, cfg)
+    except PlanError:
+        raise
+    except (TypeError, ValueError, KeyError) as exc:
+        what = f"--optimizer {cfg.optimizer}" + (f" / --lr-schedule {cfg.lr_schedule}" if cfg.lr_schedule else "")
+        raise PlanError(f"{what}: {exc}") from None
+
+
 def train_reference(
     model: str,
     num_microbatches: int,
@@ -154,13 +211,27 @@ def train_reference(
     lr: float = 0.01,
     momentum: float = 0.9,
     model_options: dict | None = None,
+    *,
+    optimizer: str = "sgd",
+    optimizer_args: dict | None = None,
+    lr_schedule: str | None = None,
+    lr_schedule_args: dict | None = None,
 ) -> tuple[dict[str, torch.Tensor], list[float]]:
     """Train ``model`` in one process on the same micro-batches a run uses (all replicas'),
-    with the loss averaged over them and ``torch.optim.SGD``: the parameters and per-step losses a
-    run must reproduce."""
+    with the loss averaged over them and the same ``torch.optim`` optimizer (SGD with momentum by
+    default) and learning-rate schedule: the parameters and per-step losses a run must reproduce."""
     w = load_workload(model, **(model_options or {}))
     net = nn.Sequential(*(m for _, m in w.layers))
-    opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=momentum)
+    cls = _torch_class(torch.optim, optimizer, "torch.optim optimizer", "--optimizer")
+    kwargs = {"lr": lr, **(optimizer_args or {})}
+    if cls is torch.optim.SGD:
+        kwargs.setdefault("momentum", momentum)
+    opt = cls(net.parameters(), **kwargs)
+    sched = None
+    if lr_schedule is not None:
+        sched = _torch_class(torch.optim.lr_scheduler, lr_schedule, "learning-rate schedule", "--lr-schedule")(
+            opt, **(lr_schedule_args or {})
+        )
     losses = []
     for step in range(steps):
         opt.zero_grad(set_to_none=True)
@@ -170,6 +241,8 @@ def train_reference(
             loss.backward()
             total += loss.item()
         opt.step()
+        if sched is not None:
+            sched.step()
         losses.append(total)
     params = {param_name(n, k): v.detach().clone() for n, m in w.layers for k, v in m.named_parameters()}
     return params, losses
@@ -414,11 +487,8 @@ class Executor:
         for s in sorted(mine):
             layers = [(n, modules[n]) for n in prep.stage_layers[s]]
             self.stages[s] = stage_type(s, layers, s == 0, s == self.S - 1)
-        self.optimizers = {
-            s: SGD(st.parameters(), lr=cfg.lr, momentum=cfg.momentum)
-            for s, st in self.stages.items()
-            if st.parameters()
-        }
+        self.optimizers = {s: make_optimizer(st.parameters(), cfg) for s, st in self.stages.items() if st.parameters()}
+        self.schedules = {s: make_schedule(opt, cfg) for s, opt in self.optimizers.items()}
         self.group = replica_groups(self.R, self.D)[self.pr] if self.D > 1 else None
         self.pairs = pair_groups(plan, self.D)
         self._shapes: dict[tuple, list[tuple[torch.Size, torch.dtype]]] = {}
@@ -532,6 +602,8 @@ class Executor:
                     self._finish_reduce(s, *reduces[s])
             with timer.span(f"{s}U", step):
                 self.optimizers[s].step()
+                if self.schedules[s] is not None:
+                    self.schedules[s].step()
         for work, _ in sends:
             work.wait()
         timer.end_step()

@@ -21,10 +21,11 @@ import torch.distributed as dist
 from torch import nn
 
 from layersched.runtime.runner import (
-    SGD,
     Prepared,
     RankResult,
     RunConfig,
+    make_optimizer,
+    make_schedule,
     param_name,
     replica_groups,
 )
@@ -69,7 +70,8 @@ def run_torch_rank(cfg: RunConfig, prep: Prepared, rank: int, device: torch.devi
         path.write_text(to_torch_csv(doc))
         schedule._load_csv(str(path))
     params = {s: [p for p in submods[s].parameters() if p.requires_grad] for s in mine}
-    optimizers = {s: SGD(ps, lr=cfg.lr, momentum=cfg.momentum) for s, ps in params.items() if ps}
+    optimizers = {s: make_optimizer(ps, cfg) for s, ps in params.items() if ps}
+    schedules = {s: make_schedule(opt, cfg) for s, opt in optimizers.items()}
     losses_out, starts, times = [], [], []
     t_run = time.perf_counter()
     for step in range(cfg.steps):
@@ -98,6 +100,8 @@ def run_torch_rank(cfg: RunConfig, prep: Prepared, rank: int, device: torch.devi
                     p.grad = flat[k : k + p.numel()].view_as(p).clone()
                     k += p.numel()
             optimizers[s].step()
+            if schedules[s] is not None:
+                schedules[s].step()
         if device.type == "cuda":
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t)

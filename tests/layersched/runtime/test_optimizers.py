@@ -1,0 +1,60 @@
+"""Any torch.optim optimizer with its options, and learning-rate schedules, in a run: the parameters
+equal the single-process reference trained with the same optimizer and schedule."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from layersched.formats.export import save_json, schedule_file  # noqa: E402
+from layersched.runtime.launch import launch_jobs  # noqa: E402
+from layersched.runtime.plan import PlanError  # noqa: E402
+from layersched.runtime.runner import RunConfig, prepare, train_reference  # noqa: E402
+from layersched.schedule.solve import solve_pipeline  # noqa: E402
+from tests.layersched.runtime.test_runner_plan import stage_pipe  # noqa: E402
+from tests.paths import EXAMPLES  # noqa: E402
+
+MLP = f"{EXAMPLES / 'models.py'}:mlp"
+STEPS, LR = 3, 0.01
+TRAINING = {
+    "optimizer": "AdamW",
+    "optimizer_args": {"weight_decay": 0.1, "betas": (0.9, 0.95)},
+    "lr_schedule": "steplr",
+    "lr_schedule_args": {"step_size": 1, "gamma": 0.5},
+}
+
+
+@pytest.mark.parametrize("runtime", ["layersched", "torch"])
+def test_adamw_with_weight_decay_and_a_schedule_equals_the_reference(runtime):
+    pipelined = schedule_file(solve_pipeline(stage_pipe(2, 4), schedule="1f1b"))  # 2 ranks x 1 replica
+    replicated = schedule_file(solve_pipeline(stage_pipe(1, 2, data_parallel=2), schedule="1f1b"))  # 1 x 2
+    jobs = [RunConfig(doc, MLP, steps=STEPS, lr=LR, runtime=runtime, **TRAINING) for doc in (pipelined, replicated)]
+    for job, results in zip(jobs, launch_jobs(jobs, timeout=300), strict=True):
+        p = job.schedule.pipeline
+        ref, _ = train_reference(MLP, p.num_microbatches * p.data_parallel, steps=STEPS, lr=LR, **TRAINING)
+        for r in results:
+            for name, value in r.params.items():
+                torch.testing.assert_close(value, ref[name], rtol=1e-5, atol=1e-10, msg=name)
+    sgd, _ = train_reference(MLP, 4, steps=STEPS, lr=LR)
+    assert not torch.allclose(sgd["fc0.0.weight"], ref["fc0.0.weight"])  # the optimizer made a difference
+
+
+def test_bad_optimizer_names_and_arguments_are_one_line_before_any_process():
+    doc = schedule_file(solve_pipeline(stage_pipe(2, 4), schedule="1f1b"))
+    with pytest.raises(PlanError, match=r"--optimizer 'adamx': not a torch.optim optimizer; valid: .*AdamW"):
+        prepare(RunConfig(doc, MLP, optimizer="adamx"), 2)
+    with pytest.raises(PlanError, match="--optimizer adamw: .*weight_decai"):
+        prepare(RunConfig(doc, MLP, optimizer="adamw", optimizer_args={"weight_decai": 0.1}), 2)
+    with pytest.raises(PlanError, match="--lr-schedule 'cosine': not a learning-rate schedule"):
+        prepare(RunConfig(doc, MLP, lr_schedule="cosine"), 2)
+
+
+def test_the_run_command_takes_optimizer_options(tmp_path, capsys):
+    from layersched.cli.run import main as run_main
+
+    path = tmp_path / "s.json"
+    save_json(schedule_file(solve_pipeline(stage_pipe(2, 4), schedule="1f1b")), path)
+    args = [str(path), "--model", MLP, "--steps", "2", "--no-trace", "--optimizer", "adamw"]
+    assert run_main([*args, "--optimizer-arg", "weight_decay=0.1", "--lr-schedule", "StepLR",
+                     "--lr-schedule-arg", "step_size=1"]) == 0  # fmt: skip
+    assert run_main([*args, "--optimizer-arg", "weight_decay"]) == 2
+    assert "expected KEY=VALUE, e.g. weight_decay=0.1" in capsys.readouterr().err
