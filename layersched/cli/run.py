@@ -82,6 +82,12 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--no-trace", action="store_true", help="write no trace files")
     p.add_argument(
+        "--check",
+        action="store_true",
+        help="also train the model in one process on the same micro-batches and print the largest parameter "
+        "difference; exit 1 unless every parameter is within rtol 1e-5",
+    )
+    p.add_argument(
         "--runtime",
         choices=["layersched", "torch"],
         default="layersched",
@@ -151,6 +157,13 @@ def _run(args) -> int:
 
         results = launch_jobs([cfg], timeout=args.timeout, device=args.device or "cpu", threads=args.threads)[0]
     _report(doc, results, args)
+    if args.check:
+        from layersched.runtime.runner import check_against_reference
+
+        ok, worst, where = check_against_reference(cfg, results)
+        verdict = "pass" if ok else "FAIL"
+        print(f"check against one process: largest parameter difference {worst:.3g} ({where}); rtol 1e-5: {verdict}")
+        return 0 if ok else EXIT_FAILED
     return 0
 
 

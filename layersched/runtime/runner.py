@@ -248,6 +248,34 @@ def train_reference(
     return params, losses
 
 
+def check_against_reference(cfg: RunConfig, results: list[RankResult], rtol: float = 1e-5, atol: float = 1e-8):
+    """The run's parameters against `train_reference` on the same micro-batches with the same
+    optimizer and schedule: ``(ok, largest absolute difference, its parameter)``; ``ok`` when every
+    parameter of every replica is within ``rtol`` and ``atol``."""
+    p = cfg.schedule.pipeline
+    ref, _ = train_reference(
+        cfg.model,
+        p.num_microbatches * p.data_parallel,
+        steps=cfg.steps,
+        lr=cfg.lr,
+        momentum=cfg.momentum,
+        model_options=cfg.model_options,
+        optimizer=cfg.optimizer,
+        optimizer_args=cfg.optimizer_args,
+        lr_schedule=cfg.lr_schedule,
+        lr_schedule_args=cfg.lr_schedule_args,
+    )
+    ok, worst, where = True, 0.0, ""
+    for r in results:
+        for name, value in r.params.items():
+            want = ref[name].to(value.dtype)
+            diff = float((value - want).abs().max()) if value.numel() else 0.0
+            if diff >= worst:
+                worst, where = diff, name
+            ok = ok and bool(torch.allclose(value, want, rtol=rtol, atol=atol))
+    return ok, worst, where
+
+
 class SGD:
     """SGD with momentum, as ``torch.optim.SGD(params, lr, momentum)`` computes it (no dampening,
     Nesterov or weight decay). Its own few lines, because constructing a ``torch.optim`` optimizer

@@ -58,3 +58,24 @@ def test_the_run_command_takes_optimizer_options(tmp_path, capsys):
                      "--lr-schedule-arg", "step_size=1"]) == 0  # fmt: skip
     assert run_main([*args, "--optimizer-arg", "weight_decay"]) == 2
     assert "expected KEY=VALUE, e.g. weight_decay=0.1" in capsys.readouterr().err
+
+
+def test_check_compares_the_run_with_one_process(tmp_path, capsys, monkeypatch):
+    from layersched.cli.run import main as run_main
+    from layersched.runtime import runner
+
+    path = tmp_path / "s.json"
+    save_json(schedule_file(solve_pipeline(stage_pipe(2, 4), schedule="zb-h1")), path)
+    args = [str(path), "--model", MLP, "--steps", "2", "--no-trace", "--check", "--optimizer", "adam"]
+    assert run_main(args) == 0
+    assert "check against one process: largest parameter difference" in capsys.readouterr().out
+    real = runner.train_reference
+
+    def off(*a, **k):  # a reference that disagrees: the check must say so
+        params, losses = real(*a, **k)
+        return {n: v + 1e-3 if n == "fc7.weight" else v for n, v in params.items()}, losses
+
+    monkeypatch.setattr(runner, "train_reference", off)
+    assert run_main(args) == 1
+    out = capsys.readouterr().out
+    assert "(fc7.weight); rtol 1e-5: FAIL" in out
