@@ -19,7 +19,15 @@ import argparse
 import os
 import sys
 
-from layersched.cli.options import add_device, add_sgd, add_steps, add_threads, add_timeout, positive_int
+from layersched.cli.options import (
+    add_device,
+    add_sgd,
+    add_steps,
+    add_threads,
+    add_timeout,
+    positive_float,
+    positive_int,
+)
 
 EXIT_BAD_INPUT, EXIT_FAILED = 2, 1
 
@@ -64,6 +72,12 @@ def parser() -> argparse.ArgumentParser:
         default=[],
         metavar="KEY=VALUE",
         help="a keyword for the schedule, e.g. step_size=2 or T_max=10 (repeatable)",
+    )
+    p.add_argument(
+        "--clip-grad-norm",
+        type=positive_float,
+        metavar="MAX",
+        help="clip the gradients' norm over all stages to MAX before each step (as torch.nn.utils.clip_grad_norm_)",
     )
     p.add_argument("--microbatch-size", type=positive_int, metavar="N", help="passed to the model builder")
     p.add_argument(
@@ -145,6 +159,7 @@ def _run(args) -> int:
         optimizer_args=_keywords(args.optimizer_arg, "--optimizer-arg", "weight_decay=0.1"),
         lr_schedule=args.lr_schedule,
         lr_schedule_args=_keywords(args.lr_schedule_arg, "--lr-schedule-arg", "step_size=2"),
+        clip_grad_norm=args.clip_grad_norm,
     )
     if "RANK" in os.environ:
         from layersched.runtime.launch import run_under_torchrun

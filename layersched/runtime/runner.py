@@ -66,6 +66,7 @@ class RunConfig:
     optimizer_args: dict = field(default_factory=dict)
     lr_schedule: str | None = None  # a torch.optim.lr_scheduler class by name, stepped once per step
     lr_schedule_args: dict = field(default_factory=dict)
+    clip_grad_norm: float | None = None  # the gradients' norm over all stages is clipped to this
 
     @property
     def world_size(self) -> int:
@@ -190,6 +191,8 @@ def make_schedule(optimizer, cfg: RunConfig):
 def check_training(cfg: RunConfig) -> None:
     """The optimizer and schedule with their arguments, built once on a stand-in parameter before
     any process starts: a bad name or argument is one line."""
+    if cfg.clip_grad_norm is not None and not (0 < cfg.clip_grad_norm < math.inf):
+        raise PlanError(f"--clip-grad-norm: expected a finite number above 0, got {cfg.clip_grad_norm}")
     probe = [torch.zeros(1, requires_grad=True)]
     try:
         opt = make_optimizer(probe, cfg)
@@ -216,6 +219,7 @@ def train_reference(
     optimizer_args: dict | None = None,
     lr_schedule: str | None = None,
     lr_schedule_args: dict | None = None,
+    clip_grad_norm: float | None = None,
 ) -> tuple[dict[str, torch.Tensor], list[float]]:
     """Train ``model`` in one process on the same micro-batches a run uses (all replicas'),
     with the loss averaged over them and the same ``torch.optim`` optimizer (SGD with momentum by
@@ -240,12 +244,33 @@ def train_reference(
             loss = w.loss_fn(net(x), y) / num_microbatches
             loss.backward()
             total += loss.item()
+        if clip_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(net.parameters(), clip_grad_norm)
         opt.step()
         if sched is not None:
             sched.step()
         losses.append(total)
     params = {param_name(n, k): v.detach().clone() for n, m in w.layers for k, v in m.named_parameters()}
     return params, losses
+
+
+def clip_gradients(params: list[torch.Tensor], max_norm: float, group=None) -> float:
+    """Scale the gradients of ``params`` so that the norm over every stage of the model is at most
+    ``max_norm``, as ``torch.nn.utils.clip_grad_norm_`` does on the whole model: the squares are
+    summed here, all-reduced over ``group`` (the pipeline ranks of one replica; None: this process
+    holds the whole model) and the same factor applied everywhere. Returns the norm before."""
+    grads = [p.grad for p in params if p.grad is not None]
+    device = grads[0].device if grads else torch.device("cpu")
+    total = torch.zeros((), dtype=torch.float64, device=device)
+    for g in grads:
+        total += g.detach().double().pow(2).sum()
+    if group is not None:
+        dist.all_reduce(total, group=group)
+    norm = float(total.sqrt())
+    coef = min(1.0, max_norm / (norm + 1e-6))
+    if grads:
+        torch._foreach_mul_(grads, coef)
+    return norm
 
 
 def check_against_reference(cfg: RunConfig, results: list[RankResult], rtol: float = 1e-5, atol: float = 1e-8):
@@ -264,6 +289,7 @@ def check_against_reference(cfg: RunConfig, results: list[RankResult], rtol: flo
         optimizer_args=cfg.optimizer_args,
         lr_schedule=cfg.lr_schedule,
         lr_schedule_args=cfg.lr_schedule_args,
+        clip_grad_norm=cfg.clip_grad_norm,
     )
     ok, worst, where = True, 0.0, ""
     for r in results:
@@ -518,6 +544,11 @@ class Executor:
         self.optimizers = {s: make_optimizer(st.parameters(), cfg) for s, st in self.stages.items() if st.parameters()}
         self.schedules = {s: make_schedule(opt, cfg) for s, opt in self.optimizers.items()}
         self.group = replica_groups(self.R, self.D)[self.pr] if self.D > 1 else None
+        self.cfg = cfg
+        self.pipe_group = None  # the pipeline ranks of this replica, for the gradients' norm
+        if cfg.clip_grad_norm is not None and self.R > 1:  # every process creates every group, in order
+            pipes = [dist.new_group([d * self.R + r for r in range(self.R)]) for d in range(self.D)]
+            self.pipe_group = pipes[self.replica]
         self.pairs = pair_groups(plan, self.D)
         self._shapes: dict[tuple, list[tuple[torch.Size, torch.dtype]]] = {}
         self.timer = Timer(device, cfg.trace, clock_offset(device) if cfg.trace else 0.0)
@@ -623,15 +654,26 @@ class Executor:
                 sends.append((dist.isend(out, dst=dst, group=self._channel(self.rank, dst), tag=st.send.tag), out))
             if st.reduce and self.group is not None and st.stage in self.optimizers:
                 reduces[st.stage] = self._start_reduce(st.stage)
+        clip = self.cfg.clip_grad_norm
+
+        def update(s: int) -> None:
+            with timer.span(f"{s}U", step):
+                self.optimizers[s].step()
+                if self.schedules[s] is not None:
+                    self.schedules[s].step()
+
         for s in sorted(self.optimizers):
             self.stages[s].sync()  # the gradients the optimizer reads are complete
             if s in reduces:
                 with timer.span(f"{s}R", step, wait=True):
                     self._finish_reduce(s, *reduces[s])
-            with timer.span(f"{s}U", step):
-                self.optimizers[s].step()
-                if self.schedules[s] is not None:
-                    self.schedules[s].step()
+            if clip is None:
+                update(s)
+        if clip is not None:  # the norm needs every stage's gradients, on every pipeline rank
+            mine = [p for s in sorted(self.optimizers) for p in self.stages[s].parameters()]
+            clip_gradients(mine, clip, self.pipe_group)
+            for s in sorted(self.optimizers):
+                update(s)
         for work, _ in sends:
             work.wait()
         timer.end_step()

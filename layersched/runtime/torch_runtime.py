@@ -24,6 +24,7 @@ from layersched.runtime.runner import (
     Prepared,
     RankResult,
     RunConfig,
+    clip_gradients,
     make_optimizer,
     make_schedule,
     param_name,
@@ -99,6 +100,10 @@ def run_torch_rank(cfg: RunConfig, prep: Prepared, rank: int, device: torch.devi
                 for p in params[s]:
                     p.grad = flat[k : k + p.numel()].view_as(p).clone()
                     k += p.numel()
+        if cfg.clip_grad_norm is not None:  # every stage's gradients, over the pipeline ranks of the replica
+            group = (pipe_groups[replica] or dist.group.WORLD) if R > 1 else None  # one replica: all of it
+            clip_gradients([p for s in sorted(optimizers) for p in params[s]], cfg.clip_grad_norm, group)
+        for s in sorted(optimizers):
             optimizers[s].step()
             if schedules[s] is not None:
                 schedules[s].step()

@@ -34,7 +34,7 @@ def test_adamw_with_weight_decay_and_a_schedule_equals_the_reference(runtime):
         for r in results:
             for name, value in r.params.items():
                 torch.testing.assert_close(value, ref[name], rtol=1e-5, atol=1e-10, msg=name)
-    sgd, _ = train_reference(MLP, 4, steps=STEPS, lr=LR)
+    sgd, _ = train_reference(MLP, p.num_microbatches * p.data_parallel, steps=STEPS, lr=LR)
     assert not torch.allclose(sgd["fc0.0.weight"], ref["fc0.0.weight"])  # the optimizer made a difference
 
 
@@ -79,3 +79,23 @@ def test_check_compares_the_run_with_one_process(tmp_path, capsys, monkeypatch):
     assert run_main(args) == 1
     out = capsys.readouterr().out
     assert "(fc7.weight); rtol 1e-5: FAIL" in out
+
+
+@pytest.mark.parametrize("runtime", ["layersched", "torch"])
+def test_gradient_clipping_over_all_stages_equals_the_reference(runtime):
+    """The norm is taken over every stage (all-reduced over the pipeline ranks), as clip_grad_norm_
+    on the whole model: 4 pipeline ranks, and 2 ranks x 2 replicas."""
+    clip = {"clip_grad_norm": 0.05}
+    jobs = [
+        RunConfig(schedule_file(solve_pipeline(stage_pipe(r, 2 * r, data_parallel=d), schedule="1f1b")), MLP,
+                  steps=STEPS, lr=0.1, runtime=runtime, **clip)
+        for r, d in ((4, 1), (2, 2))
+    ]  # fmt: skip
+    for job, results in zip(jobs, launch_jobs(jobs, timeout=300), strict=True):
+        p = job.schedule.pipeline
+        ref, _ = train_reference(MLP, p.num_microbatches * p.data_parallel, steps=STEPS, lr=0.1, **clip)
+        for r in results:
+            for name, value in r.params.items():
+                torch.testing.assert_close(value, ref[name], rtol=1e-5, atol=1e-10, msg=name)
+    free, _ = train_reference(MLP, p.num_microbatches * p.data_parallel, steps=STEPS, lr=0.1)
+    assert not torch.allclose(free["fc0.0.weight"], ref["fc0.0.weight"])  # 0.05 did clip
