@@ -54,6 +54,7 @@ def trace_document(schedule, results, runtime: str = "layersched") -> dict:
                 "step_times": list(r.step_times),
                 "events": list(r.events),
                 "transfers": list(getattr(r, "transfers", [])),
+                "losses": list(r.losses) if r.losses is not None else None,  # on the last stage's rank
             }
             for r in sorted(results, key=lambda r: r.rank)
         ],

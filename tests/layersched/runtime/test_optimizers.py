@@ -99,3 +99,21 @@ def test_gradient_clipping_over_all_stages_equals_the_reference(runtime):
                 torch.testing.assert_close(value, ref[name], rtol=1e-5, atol=1e-10, msg=name)
     free, _ = train_reference(MLP, p.num_microbatches * p.data_parallel, steps=STEPS, lr=0.1)
     assert not torch.allclose(free["fc0.0.weight"], ref["fc0.0.weight"])  # 0.05 did clip
+
+
+def test_model_args_name_torch_dtypes_and_the_trace_has_the_losses(tmp_path, capsys):
+    import json
+
+    from layersched.cli.run import _keywords
+    from layersched.cli.run import main as run_main
+
+    assert _keywords(["dtype=torch.bfloat16", "name=torch.nothing", "depth=4"], "--model-arg", "depth=4") == {
+        "dtype": torch.bfloat16, "name": "torch.nothing", "depth": 4}  # fmt: skip
+    path, trace = tmp_path / "s.json", tmp_path / "t.json"
+    save_json(schedule_file(solve_pipeline(stage_pipe(2, 4), schedule="1f1b")), path)
+    args = [str(path), "--model", MLP, "--steps", "2", "--trace", str(trace), "--model-arg", "dtype=torch.float32"]
+    assert run_main(args) == 0
+    ranks = json.loads(trace.read_text())["ranks"]
+    last = next(r for r in ranks if r["pipeline_rank"] == 1)
+    assert len(last["losses"]) == 2 and all(x > 0 for x in last["losses"])
+    assert next(r for r in ranks if r["pipeline_rank"] == 0)["losses"] is None
