@@ -196,19 +196,8 @@ def _keywords(items: list[str], option: str, example: str) -> dict:
         try:
             options[key] = ast.literal_eval(value)
         except (ValueError, SyntaxError):
-            options[key] = _torch_value(value)
+            options[key] = value  # text; the workload reads "torch.bfloat16" and the like as dtypes
     return options
-
-
-def _torch_value(text: str):
-    """``torch.bfloat16`` and other ``torch.<dtype>`` names as the dtype; any other text as it is."""
-    if text.startswith("torch."):
-        import torch
-
-        value = getattr(torch, text.removeprefix("torch."), None)
-        if isinstance(value, torch.dtype):
-            return value
-    return text
 
 
 def _model_options(args) -> dict:

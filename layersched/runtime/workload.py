@@ -122,6 +122,7 @@ def load_workload(spec: str | Callable, **options) -> Workload:
     builder = resolve(spec) if isinstance(spec, str) else spec
     params = inspect.signature(builder).parameters
     takes_all = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    options = {k: _dtype(v) for k, v in options.items()}
     built = builder(**{k: v for k, v in options.items() if v is not None and (takes_all or k in params)})
     label = spec if isinstance(spec, str) else getattr(spec, "__name__", "model")
     missing = [a for a in ("layers", "loss_fn", "batches") if not hasattr(built, a)]
@@ -131,3 +132,13 @@ def load_workload(spec: str | Callable, **options) -> Workload:
             "with layers, loss_fn and batches(step, num_microbatches)"
         )
     return Workload(named_layers(built.layers), built.loss_fn, built.batches, getattr(built, "name", str(label)))
+
+
+def _dtype(value):
+    """A ``"torch.bfloat16"``-like text (from ``--model-arg dtype=torch.bfloat16``) as the dtype;
+    anything else as it is."""
+    if isinstance(value, str) and value.startswith("torch."):
+        found = getattr(torch, value.removeprefix("torch."), None)
+        if isinstance(found, torch.dtype):
+            return found
+    return value

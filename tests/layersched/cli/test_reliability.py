@@ -336,7 +336,7 @@ def test_validate_rebuilds_the_graph_and_the_metrics(tmp_path, capsys, change, n
 # -- Ctrl-C ------------------------------------------------------------------------------------------------
 
 
-def test_ctrl_c_stops_cp_sat_and_marks_the_result_interrupted(monkeypatch):
+def test_ctrl_c_stops_cp_sat_and_marks_the_result_interrupted(monkeypatch, request):
     """SIGINT during a 30 s CP-SAT search (Zero Bubble's 1.5B at 2p, which it does not prove in time):
     the search stops within seconds, keeps its incumbent and says it was interrupted (CP-SAT alone
     would swallow the signal and return as if its time were up)."""
@@ -363,6 +363,10 @@ def test_ctrl_c_stops_cp_sat_and_marks_the_result_interrupted(monkeypatch):
 
     import solvers.cpsat
 
+    # a process started in the background by a non-interactive shell ignores SIGINT, and Python then
+    # installs no handler (a fresh-clone check run that way failed here): give it Python's own
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    request.addfinalizer(lambda: signal.signal(signal.SIGINT, previous))
     real = solvers.cpsat.solve_interruptibly
 
     def search(*args):
