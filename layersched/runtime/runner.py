@@ -173,19 +173,26 @@ def make_optimizer(params: list[torch.Tensor], cfg: RunConfig):
     (torch's optimizers import torch._dynamo, two seconds in every process); the same numbers."""
     if cfg.optimizer.lower() == "sgd" and not cfg.optimizer_args:
         return SGD(params, lr=cfg.lr, momentum=cfg.momentum)
-    cls = _torch_class(torch.optim, cfg.optimizer, "torch.optim optimizer", "--optimizer")
-    kwargs = {"lr": cfg.lr, **cfg.optimizer_args}
+    return _torch_optimizer(params, cfg.optimizer, cfg.lr, cfg.momentum, cfg.optimizer_args)
+
+
+def _torch_optimizer(params, name: str, lr: float, momentum: float, args: dict):
+    cls = _torch_class(torch.optim, name, "torch.optim optimizer", "--optimizer")
+    kwargs = {"lr": lr, **args}
     if cls is torch.optim.SGD:
-        kwargs.setdefault("momentum", cfg.momentum)
+        kwargs.setdefault("momentum", momentum)
     return cls(params, **kwargs)
 
 
 def make_schedule(optimizer, cfg: RunConfig):
     """``cfg.lr_schedule`` (a ``torch.optim.lr_scheduler`` class by name) on ``optimizer``, or None."""
-    if cfg.lr_schedule is None:
+    return _torch_schedule(optimizer, cfg.lr_schedule, cfg.lr_schedule_args)
+
+
+def _torch_schedule(optimizer, name: str | None, args: dict):
+    if name is None:
         return None
-    cls = _torch_class(torch.optim.lr_scheduler, cfg.lr_schedule, "learning-rate schedule", "--lr-schedule")
-    return cls(optimizer, **cfg.lr_schedule_args)
+    return _torch_class(torch.optim.lr_scheduler, name, "learning-rate schedule", "--lr-schedule")(optimizer, **args)
 
 
 def check_training(cfg: RunConfig) -> None:
@@ -226,16 +233,8 @@ def train_reference(
     default) and learning-rate schedule: the parameters and per-step losses a run must reproduce."""
     w = load_workload(model, **(model_options or {}))
     net = nn.Sequential(*(m for _, m in w.layers))
-    cls = _torch_class(torch.optim, optimizer, "torch.optim optimizer", "--optimizer")
-    kwargs = {"lr": lr, **(optimizer_args or {})}
-    if cls is torch.optim.SGD:
-        kwargs.setdefault("momentum", momentum)
-    opt = cls(net.parameters(), **kwargs)
-    sched = None
-    if lr_schedule is not None:
-        sched = _torch_class(torch.optim.lr_scheduler, lr_schedule, "learning-rate schedule", "--lr-schedule")(
-            opt, **(lr_schedule_args or {})
-        )
+    opt = _torch_optimizer(net.parameters(), optimizer, lr, momentum, optimizer_args or {})
+    sched = _torch_schedule(opt, lr_schedule, lr_schedule_args or {})
     losses = []
     for step in range(steps):
         opt.zero_grad(set_to_none=True)

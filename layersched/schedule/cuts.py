@@ -69,6 +69,7 @@ def choose_cuts(
     if cuts not in CUTS:
         raise SpecError(f"--cuts: expected one of {', '.join(CUTS)}, got {cuts!r}")
     tried: list[Candidate] = []
+    unit_names: dict[str, dict[str, int]] = {}  # per granularity, each unit's index (built once)
     stopped = [False]  # Ctrl-C inside a search: keep what there is, try nothing more
 
     def run(
@@ -80,7 +81,7 @@ def choose_cuts(
             pipe = pipeline_from_spec(spec, source, granularity=granularity, parts=parts, all_in_flight=all_in_flight)
             pipe = adjust(pipe)
             sol = evaluate(pipe)
-            units = [list(p) for p in _units(pipe, spec, granularity)]
+            units = [list(p) for p in _units(pipe, spec, granularity, unit_names)]
             cand = Candidate(label, granularity, units, sol.metrics["value"], sol)
         except (SpecError, NoScheduleError, InvalidSchedule, Deadlock, TemplateError) as exc:
             cand = Candidate(label, granularity, parts or [], None, None, str(exc).splitlines()[0])
@@ -115,11 +116,13 @@ def choose_cuts(
     return best.solution, tried
 
 
-def _units(pipe: Pipeline, spec, granularity: str) -> list[list[int]]:
+def _units(pipe: Pipeline, spec, granularity: str, cache: dict) -> list[list[int]]:
+    """Each stage's units as indices into the model's units at ``granularity`` (``cache`` keeps them)."""
     from layersched.describe.stages import model_units
 
-    names = [u.name for u in model_units(spec, granularity)]
-    index = {name: i for i, name in enumerate(names)}
+    if granularity not in cache:
+        cache[granularity] = {u.name: i for i, u in enumerate(model_units(spec, granularity))}
+    index = cache[granularity]
     return [[index[n] for n in stage] for stage in pipe.stage_layers]
 
 
