@@ -22,16 +22,10 @@ from solvers.graph import longest_from_sources, longest_to_sinks
 from solvers.problem import Problem
 
 
-def _fixed_delays(problem: Problem) -> np.ndarray:
-    fixed = problem.fixed_processor()
-    u, v = problem.edges[:, 0], problem.edges[:, 1]
-    return np.where((fixed[u] >= 0) & (fixed[v] >= 0) & (fixed[u] != fixed[v]), problem.delay, 0)
-
-
 def heads_tails(problem: Problem) -> tuple[np.ndarray, np.ndarray]:
     """Earliest start (head) and least time after the end (tail) of every task."""
     order = problem.topological_order()
-    n, d = problem.num_tasks, _fixed_delays(problem)
+    n, d = problem.num_tasks, problem.fixed_delays()
     head = longest_from_sources(order, n, problem.edges, problem.duration, d)
     tail = longest_to_sinks(order, n, problem.edges, problem.duration, d)
     return head, tail

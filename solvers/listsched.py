@@ -340,12 +340,7 @@ def _place(
         if q < 0 and group[t] >= 0:
             q = gproc.get(group[t], -1)
         if q >= 0:
-            ready = 0
-            for k in range(lo, hi):
-                p = psrc[k]
-                c = end[p] + pdel[k] if proc[p] != q else end[p]
-                if c > ready:
-                    ready = c
+            ready = arrival(t, q)
         else:
             # the latest arrival counting every delay (top, from processor top_q); on top_q the
             # task waits instead for the latest arrival from elsewhere or the latest end there

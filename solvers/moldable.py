@@ -77,12 +77,6 @@ def _fits(problem: Problem) -> np.ndarray:
     return (k < problem.mode_count[:, None]) & (problem.mode_cores <= widest[:, None])
 
 
-def _fixed_delay(problem: Problem) -> np.ndarray:
-    fixed = problem.fixed_processor()
-    u, v = problem.edges[:, 0], problem.edges[:, 1]
-    return np.where((fixed[u] >= 0) & (fixed[v] >= 0) & (fixed[u] != fixed[v]), problem.delay, 0)
-
-
 def moldable_bound(problem: Problem) -> int:
     """A lower bound on the makespan: the critical path with every task at its fastest mode (that
     fits), or the least total area (cores x duration) of the tasks each processor must run, spread over
@@ -90,7 +84,7 @@ def moldable_bound(problem: Problem) -> int:
     fits = _fits(problem)
     dur = np.where(fits, problem.mode_duration, np.iinfo(np.int64).max).min(axis=1)
     order = problem.topological_order()
-    head = longest_from_sources(order, problem.num_tasks, problem.edges, dur, _fixed_delay(problem))
+    head = longest_from_sources(order, problem.num_tasks, problem.edges, dur, problem.fixed_delays())
     path = int((head + dur).max(initial=0))
     area = np.where(fits, problem.mode_cores * problem.mode_duration, np.iinfo(np.int64).max).min(axis=1)
     total = -(-int(area.sum()) // int(problem.width.sum()))
@@ -129,7 +123,7 @@ def _cpa(problem: Problem, fits: np.ndarray) -> np.ndarray:
     area = np.where(fits, cores * dur, big)
     mode = np.lexsort((np.where(fits, dur, big), area), axis=1)[:, 0]
     order = problem.topological_order()
-    delay = _fixed_delay(problem)
+    delay = problem.fixed_delays()
     W = int(problem.width.sum())
     rows = np.arange(n)
     for _ in range(int(fits.sum())):  # each step makes one task strictly faster: bounded
@@ -161,7 +155,8 @@ def upward_rank_moldable(problem: Problem, mode: np.ndarray | None = None) -> np
     if mode is None:
         mode = allot(problem, "fastest")
     d = problem.mode_duration[np.arange(problem.num_tasks), mode]
-    return longest_to_sinks(problem.topological_order(), problem.num_tasks, problem.edges, d, _fixed_delay(problem)) + d
+    order = problem.topological_order()
+    return longest_to_sinks(order, problem.num_tasks, problem.edges, d, problem.fixed_delays()) + d
 
 
 def list_moldable(

@@ -233,6 +233,12 @@ class Problem:
         single = self.allowed.sum(axis=1) == 1
         return np.where(single, np.argmax(self.allowed, axis=1), -1)
 
+    def fixed_delays(self) -> np.ndarray:
+        """Each edge's delay where its ends are bound to different processors (surely paid), else 0."""
+        fixed = self.fixed_processor()
+        u, v = self.edges[:, 0], self.edges[:, 1]
+        return np.where((fixed[u] >= 0) & (fixed[v] >= 0) & (fixed[u] != fixed[v]), self.delay, 0)
+
     def topological_order(self) -> np.ndarray:
         """Task indices in a topological order; raises ``ValueError`` on a cycle."""
         from solvers.graph import topological_order
