@@ -61,6 +61,17 @@ def cmd_bench(args, console) -> int:
     return 0
 
 
+def _torch_peers() -> dict:
+    """torch's own schedules as suite methods (``torch:<name>``), where torch is installed."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        return {}
+    from layersched.runtime.torch_orders import peers
+
+    return peers()
+
+
 def experiment_names() -> list[str]:
     """The experiments ``bench NAME`` runs: each method package's ``experiment`` module."""
     import importlib.util
@@ -99,7 +110,7 @@ def run_bench(
             if Path(name).suffix:
                 raise
             raise SpecError(f"{exc}, or an experiment: {', '.join(experiment_names())}") from None
-        rows = run_suite(path, time_limit=time_limit, methods=methods, progress=progress)
+        rows = run_suite(path, time_limit=time_limit, methods=methods, progress=progress, peers=_torch_peers())
         png = out_dir / f"{path.stem}.png"
         plot_rows(rows, png, f"suite {path.stem}: bubble rate per method")
         result = BenchResult(f"suite {path.stem}", rows, COLUMNS, [png])

@@ -1,19 +1,28 @@
 """Memory-aware lower bounds for pipelines: forced idle time in warm-up and cool-down per rank.
 
-For a pipeline with one stage per rank (stage r on rank r), micro-batches may be taken in order on
-every stage without loss (see `layersched.schedule.solve.symmetry_chains`). On rank r:
+They hold for any placement and any number of stages per rank. On rank ``q`` let ``a`` be its
+first stage (the lowest index), ``z`` its last, ``t0`` the start of its first pass, and a *chain*
+the forward passes from stage ``a`` to the last stage and the ``I`` passes back, with the transfers
+between stages on different ranks:
 
-- **Warm-up.** From the start of ``F(r,0)`` to the start of ``I(r,0)`` lies at least the round trip
-  ``F_r + sum_{s>r} (F_s + I_s) + 2 sum_{s>=r} c_s``. Nothing is freed before the first ``I``, so at
-  most ``k = capacity // mem_F`` forwards fit in that window; the rest of it is idle.
-- **Cool-down.** From the end of ``F(r,m-1)`` to the start of ``I(r,m-1)`` lies at least the round
-  trip minus ``F_r``. Only the ``a`` backward-for-inputs still pending (each followed by its ``W``)
-  and ``b`` pending weight gradients can fill it, with ``a mem_F + b mem_W + mem_F <= capacity``
-  when ``F(r,m-1)`` starts; the rest is idle.
+- **Warm-up.** No ``I`` on ``q`` starts before ``t0 + D``, ``D`` the chain from ``F(a)`` to the start
+  of ``I(z)``: every micro-batch's ``F(a)`` starts at or after ``t0``. Until then only forwards run,
+  and nothing is freed, so their activations fit in the limit together; a forward of stage ``s`` is
+  not there before ``t0`` plus the chain from ``a`` to ``s``. The most forward work that fits in the
+  window (the rank's stages under the limit, released at those offsets, on one processor) leaves the
+  rest of ``D`` idle.
+- **Cool-down.** After the start of the last ``F(a)`` lies at least the chain from ``F(a)`` back to
+  ``I(a)``, then ``I(a)`` and ``W(a)``. That micro-batch's own passes on ``q`` fill part of it; the
+  rest only micro-batches already in flight can fill. Each whose ``I(a)`` is still to come holds at
+  least ``a``'s activation and has at most its other passes on ``q`` left; any other has only
+  ``W`` passes left, each holding its weight-gradient memory. Together they fit in the limit beside
+  the last ``F(a)``; what they cannot fill is idle.
 
-When ``m > k`` the two windows are disjoint, so ``span_r >= work_r + idle_warm + idle_cool``. Under
-Zero Bubble's 1p limit this bound equals the ZB-H1 schedule's iteration time: it proves ZB-H1 optimal
-there.
+When ``m`` activations of stage ``a`` do not fit in the limit together, the last ``F(a)`` waits for
+memory that a backward frees, so it starts after the warm-up window and ``span_q >= work_q +
+idle_warm + idle_cool``; otherwise the larger idle is added. With one stage per rank under Zero
+Bubble's 1p limit this bound equals the ZB-H1 schedule's iteration time: it proves ZB-H1 optimal
+there. A fused backward ``B`` counts as the cheaper of ``B`` and ``I + W``.
 
 Example
 -------
@@ -28,9 +37,14 @@ Example
 
 from __future__ import annotations
 
+from itertools import product
+
 import numpy as np
 
 from layersched.describe.stages import Pipeline
+
+EXACT_COMBINATIONS = 20_000
+"""Most combinations of forward counts the warm-up bound tries one by one; beyond, a fractional bound."""
 
 
 def _best_fill(a_max: int, budget: int, mem_f: int, mem_w: int, val_a: int, val_b: int, b_max: int) -> int:
@@ -45,40 +59,87 @@ def _best_fill(a_max: int, budget: int, mem_f: int, mem_w: int, val_a: int, val_
     return best
 
 
-def pipeline_bounds(pipe: Pipeline, stage_to_rank: list[int], objective: str) -> dict[str, int]:
-    """Lower bounds that use the pipeline's structure and memory; empty where they do not apply
-    (several stages per rank, or another placement)."""
-    S, R, m = pipe.num_stages, pipe.num_ranks, pipe.num_microbatches
-    if S != R or list(stage_to_rank) != list(range(S)):
-        return {}
-    F, I, W = (np.asarray(x, dtype=np.int64) for x in (pipe.forward, pipe.backward_input, pipe.backward_weight))
-    if pipe.backward is not None:  # a fused backward may cost less than I + W: bound by the cheaper
-        B = np.asarray(pipe.backward, dtype=np.int64)
-        I, W = np.minimum(I, B), np.minimum(I + W, B) - np.minimum(I, B)
-    c = np.asarray(pipe.transfer, dtype=np.int64)
-    mem_f, mem_w = pipe.mem_forward, pipe.mem_freed_by_weight
-    best_span, best_makespan = 0, 0
-    for r in range(R):
-        work = m * int(F[r] + I[r] + W[r]) + int(pipe.optimizer[r])
-        trip = int(F[r:].sum() + I[r + 1 :].sum() + 2 * c[r:].sum())
-        if pipe.capacity is None or mem_f[r] <= 0:
-            k = m
+def _done_by(window: int, items: list[tuple[int, int, int]], counts, cap: float | None = None) -> float:
+    """At most the work one processor does in ``[0, window)`` from ``counts[i]`` forwards of
+    ``items[i]`` = (release, duration, memory): for every cut ``x``, what was released before ``x``
+    (at most ``x``) plus ``window - x``. With ``cap`` the counts are maxima and the work released
+    before each cut is a fractional knapsack of them under ``cap`` (an upper bound for any counts)."""
+    best = float(window)
+    for x in sorted({rel for rel, _, _ in items} | {window}):
+        released = [(d, n, mem) for (rel, d, mem), n in zip(items, counts, strict=True) if rel < x]
+        if cap is None:
+            work = float(sum(d * n for d, n, _ in released))
         else:
-            k = min(m, int(pipe.capacity // mem_f[r]))
-        idle = max(0, trip - k * int(F[r]))
-        if m > k:
-            budget = int(pipe.capacity) - int(mem_f[r])
+            work, room = 0.0, cap
+            for d, n, mem in sorted(released, key=lambda t: t[2] / t[0] if t[0] else np.inf):
+                take = n if mem <= 0 else max(0.0, min(n, room / mem))
+                work, room = work + take * d, room - take * max(mem, 0)
+        best = min(best, min(work, x) + max(0, window - x))
+    return best
+
+
+def _warm_work(window: int, items: list[tuple[int, int, int]], cap: float, m: int) -> float:
+    """The most forward work that can fill the warm-up window (see the module text)."""
+    most = [m if mem <= 0 or cap == np.inf else min(m, int(cap // mem)) for _, _, mem in items]
+    if np.prod([n + 1.0 for n in most]) > EXACT_COMBINATIONS:
+        return _done_by(window, items, most, cap)
+    best = 0.0
+    for counts in product(*(range(n + 1) for n in most)):
+        if sum(n * mem for n, (_, _, mem) in zip(counts, items, strict=True)) <= cap:
+            best = max(best, _done_by(window, items, counts))
+    return best
+
+
+def pipeline_bounds(pipe: Pipeline, stage_to_rank: list[int], objective: str) -> dict[str, int]:
+    """The memory-aware bound on the objective (see the module text), for any placement."""
+    S, R, m = pipe.num_stages, pipe.num_ranks, pipe.num_microbatches
+    rank = list(stage_to_rank)
+    F = np.asarray(pipe.forward, dtype=np.int64) + pipe.overhead("F")
+    I = np.asarray(pipe.backward_input, dtype=np.int64) + pipe.overhead("I")
+    W = np.asarray(pipe.backward_weight, dtype=np.int64) + pipe.overhead("W")
+    if pipe.backward is not None:  # a fused backward may cost less than I + W: bound by the cheaper
+        B = np.asarray(pipe.backward, dtype=np.int64) + pipe.overhead("B")
+        I, W = np.minimum(I, B), np.minimum(I + W, B) - np.minimum(I, B)
+    # the transfer after stage s, paid only between ranks
+    c = [int(pipe.transfer[s]) if s + 1 < S and rank[s] != rank[s + 1] else 0 for s in range(S)]
+    down = np.concatenate([[0], np.cumsum([int(F[s]) + c[s] for s in range(S)])])  # F(0) start -> F(s) start
+    up = np.concatenate([np.cumsum([int(I[s]) + c[s - 1] if s else int(I[s]) for s in range(S)][::-1])[::-1], [0]])
+
+    def chain(a: int, s: int) -> int:
+        """From the start of F(a) to the start of I(s) of the same micro-batch."""
+        return int(down[S] - down[a] - c[S - 1] + up[s + 1])
+
+    cap = np.inf if pipe.capacity is None else float(pipe.capacity)
+    mf, mw = pipe.mem_forward.tolist(), pipe.mem_freed_by_weight.tolist()
+    best_span, best_makespan = 0, 0
+    for q in range(R):
+        mine = [s for s in range(S) if rank[s] == q]
+        if not mine:
+            continue
+        a, z = mine[0], mine[-1]
+        work = m * int(sum(F[s] + I[s] + W[s] for s in mine)) + int(sum(pipe.optimizer[s] for s in mine))
+        window = chain(a, z)
+        items = [(int(down[s] - down[a]), int(F[s]), int(mf[s])) for s in mine]
+        warm = max(0, window - int(np.floor(_warm_work(window, items, cap, m))))
+        own = int(sum(F[s] + I[s] + W[s] for s in mine))
+        trip = chain(a, a) + int(I[a] + W[a])
+        if mf[a] <= 0 or cap == np.inf:
+            fill = (m - 1) * (own - int(F[a]))
+        else:
+            budget = int(cap) - int(mf[a])
             fill = _best_fill(
-                min(m - 1, budget // int(mem_f[r])),
-                budget,
-                int(mem_f[r]),
-                int(mem_w[r]),
-                int(I[r] + W[r]),
-                int(W[r]),
-                m - 1,
+                max(0, min(m - 1, budget // int(mf[a]))) if budget >= 0 else 0,
+                max(budget, 0),
+                int(mf[a]),
+                int(min(mw[s] for s in mine)),
+                own - int(F[a]),
+                int(max(W[s] for s in mine)),
+                len(mine) * (m - 1),
             )
-            idle += max(0, trip - int(F[r]) - fill)
-        head = int(F[:r].sum() + c[:r].sum())
+        cool = max(0, trip - own - fill)
+        disjoint = cap != np.inf and m * mf[a] > cap
+        idle = warm + cool if disjoint else max(warm, cool)
+        head = int(down[a])
         best_span = max(best_span, work + idle)
         best_makespan = max(best_makespan, head + work + idle)
     return {"pipeline_idle": best_span if objective == "span" else best_makespan}

@@ -143,10 +143,16 @@ def solve_pipeline(
                 f"template {name!r} places stages {tpl.placement} ({stage_to_rank}); the problem's placement "
                 f"is {pipe.placement!r} ({pipe.stage_to_rank()})"
             )
-        tasks = task_graph(pipe, tpl.split_backward, stage_to_rank, graphs)
-        compute = template_orders(name, pipe)
-        sched = time_orders(tasks.problem, complete_orders(tasks, compute))
-        result, method = None, name
+        return solve_orders(
+            pipe,
+            template_orders(name, pipe),
+            split_backward=tpl.split_backward,
+            stage_to_rank=stage_to_rank,
+            method=name,
+            objective=objective,
+            graphs=graphs,
+            t0=t0,
+        )
     else:
         from solvers import solve
 
@@ -160,6 +166,33 @@ def solve_pipeline(
         if result.schedule is None:
             raise no_schedule(pipe, f"solver {solver!r}", result.status, result.info.get("reason", ""))
         sched, method = result.schedule, solver
+    return _solution(pipe, tasks, sched, method, objective, result, t0)
+
+
+def solve_orders(
+    pipe: Pipeline,
+    compute: list[list[str]],
+    *,
+    split_backward: bool,
+    stage_to_rank: list[int],
+    method: str,
+    objective: str | None = None,
+    graphs: dict | None = None,
+    t0: float | None = None,
+) -> Solution:
+    """Time given per-rank compute orders (a template's, or another tool's) at their earliest starts on
+    ``pipe``'s task graph, and validate the result (memory limit included): `InvalidSchedule` or
+    `Deadlock` when the orders break the problem's rules."""
+    t0 = time.perf_counter() if t0 is None else t0
+    tasks = task_graph(pipe, split_backward, stage_to_rank, graphs)
+    sched = time_orders(tasks.problem, complete_orders(tasks, compute))
+    return _solution(pipe, tasks, sched, method, objective or pipe.objective, None, t0)
+
+
+def _solution(
+    pipe: Pipeline, tasks: TaskGraph, sched: Schedule, method: str, objective: str, result: Result | None, t0: float
+) -> Solution:
+    """Validate ``sched`` and measure it: the `Solution` every path returns."""
     validate(tasks.problem, sched)
     metrics = schedule_metrics(
         tasks.problem,

@@ -94,30 +94,49 @@ def _is_template(name: str) -> bool:
     return True
 
 
-def check_methods(path: Path, methods: list[str]) -> None:
-    """`SpecError` naming the first method that is neither a template, a solver nor ``best``."""
+def _is_peer(name: str) -> bool:
+    """Another tool's schedule (``torch:<name>``), given to `run_suite` as a peer."""
+    return name.startswith("torch:")
+
+
+def check_methods(path: Path, methods: list[str], peers: dict | None = None) -> None:
+    """`SpecError` naming the first method that is neither a template, a solver, ``best`` nor a peer."""
     from layersched.schedule.templates import template_names
     from solvers import solver_names
 
     for m in methods:
-        if not (_is_template(m) or m in solver_names() or m == "best"):
-            valid = sorted([*template_names(), *solver_names(), "best"])
+        if not (_is_template(m) or m in solver_names() or m == "best" or m in (peers or {})):
+            valid = sorted([*template_names(), *solver_names(), "best", *(peers or {})])
             raise SpecError(f"{path}: methods: unknown method {m!r}; valid: {', '.join(valid)}")
 
 
 def run_suite(
-    path: Path, *, time_limit: float | None = None, methods: list[str] | None = None, progress=None
+    path: Path,
+    *,
+    time_limit: float | None = None,
+    methods: list[str] | None = None,
+    progress=None,
+    peers: dict | None = None,
 ) -> list[dict]:
     """Solve every (problem, memory factor, method) of the suite; one row per run. A method that
-    cannot apply (template preconditions, memory) gives a row with its reason in ``status``."""
-    from layersched.schedule.solve import solve_pipeline
+    cannot apply (template preconditions, memory) gives a row with its reason in ``status``.
+
+    ``peers`` maps a method name to a function of the pipeline that gives another tool's schedule
+    as (per-rank compute orders, split backward, stage-to-rank), e.g. torch's schedules
+    (`layersched.runtime.torch_orders.peers`); its ``ValueError`` is the reason it does not apply.
+    Peers are timed and validated like templates. A suite that names a peer not given gets a row
+    saying so."""
+    from layersched.schedule.solve import solve_orders, solve_pipeline
     from layersched.schedule.templates import TemplateError
     from solvers import Deadlock, InvalidSchedule
 
     suite = load_spec(path, SuiteSpec)
-    check_methods(path, methods or suite.methods)
+    peers = peers or {}
+    methods = methods or suite.methods
+    # without torch (no peers given) a torch method is kept, and its row says what it needs
+    check_methods(path, methods, peers or {m: None for m in methods if _is_peer(m)})
     limit = time_limit or suite.time_limit
-    jobs = [(prob, f, m) for prob in suite.problems for f in prob.memory_factors for m in (methods or suite.methods)]
+    jobs = [(prob, f, m) for prob in suite.problems for f in prob.memory_factors for m in methods]
     rows = []
     for k, (prob, factor, method) in enumerate(jobs):
         spec: ProblemSpec = load_problem(path.parent / prob.path)
@@ -133,8 +152,21 @@ def run_suite(
         t0 = time.perf_counter()
         row = {"problem": spec.name, "memory": label, "method": method, "published": prob.published.get(label)}
         try:
-            sol = solve_pipeline(pipe, objective=suite.objective, **kw)
-        except (TemplateError, InvalidSchedule, Deadlock, RuntimeError) as exc:
+            if _is_peer(method):
+                if method not in peers:
+                    raise TemplateError(f"{method} needs torch: pip install 'layersched[torch]'")
+                orders, split, stage_to_rank = peers[method](pipe)
+                sol = solve_orders(
+                    pipe,
+                    orders,
+                    split_backward=split,
+                    stage_to_rank=stage_to_rank,
+                    method=method,
+                    objective=suite.objective,
+                )
+            else:
+                sol = solve_pipeline(pipe, objective=suite.objective, **kw)
+        except (ValueError, InvalidSchedule, Deadlock, RuntimeError) as exc:
             row.update(status=f"n/a: {str(exc).splitlines()[0][:80]}", solve_s=round(time.perf_counter() - t0, 2))
             rows.append(row)
             continue

@@ -241,6 +241,48 @@ def interleaved(pipe: Pipeline) -> list[list[str]]:
     return out
 
 
+@template("interleaved-zb", split_backward=True, stages_per_rank=(2, None))
+def interleaved_zb(pipe: Pipeline) -> list[list[str]]:
+    """Interleaved zero bubble (ZB-1p over v stages per rank), the order of torch's
+    ``ScheduleInterleavedZeroBubble``: loop placement, split backward.
+
+    Micro-batches go in rounds of ``g = m / max(1, m // p)``: each rank runs ``g`` forwards of its
+    first stage, then ``g`` of its second, and so on (backwards walk the stages in reverse). Rank
+    ``r`` starts with ``(v-1)g + p-1-r`` forwards, then alternates a forward with an ``I``; its ``W``
+    passes trail the ``I`` passes by ``r`` (ZB-H1's rule), and the ``W`` still owed come last. Needs
+    ``m`` to be a multiple of ``max(1, m // p)``. Peak: ``(v-1)g + p - r`` stage activations on rank
+    ``r``, interleaved 1F1B's less the ``p-1-r`` forwards it adds in its warm-up.
+    """
+    p, v, m = pipe.num_ranks, pipe.stages_per_rank, pipe.num_microbatches
+    rounds = max(1, m // p)
+    _need_multiple("interleaved-zb", m, rounds, "the number of rounds, max(1, m // p)")
+    g, total = m // rounds, m * v
+
+    def stage(r: int, k: int, backward: bool) -> int:
+        chunk = (k // g) % v
+        return (v - 1 - chunk if backward else chunk) * p + r
+
+    out = []
+    for r in range(p):
+        warm = min((v - 1) * g + p - 1 - r, total)
+        # the k-th step: a forward (while any are left past the warm-up), then the (k - warm)-th I
+        steps = [(k, None) for k in range(warm)]
+        steps += [(k if k < total else None, k - warm) for k in range(warm, warm + total)]
+        put, owed = _Counter(), []
+        for fwd, bwd in steps:
+            if fwd is not None:
+                put(stage(r, fwd, False), "F")
+            if bwd is not None:
+                put(stage(r, bwd, True), "I")
+                owed.append(stage(r, bwd, True))
+                if len(owed) > r:  # W trails I by r
+                    put(owed.pop(0), "W")
+        for s in owed:
+            put(s, "W")
+        out.append(put.names(m))
+    return out
+
+
 # -- V-shaped schedules (two stages per rank: r going down, 2p-1-r coming back) -----------------------
 class _Counter:
     """Appends actions of one rank, numbering the micro-batches of each (stage, kind) in turn."""
@@ -351,6 +393,69 @@ def dualpipev(pipe: Pipeline) -> list[list[str]]:
                     put(stage, "W")
         out.append(put.names(m))
     return out
+
+
+def _v_block(pipe: Pipeline, down_f: int, up_i: int) -> list[list[str]]:
+    """A V schedule built from a repeated building block (Qi et al., "Pipeline Parallelism with
+    Controllable Memory", 2024), on a clock of unit slots with a period of six: each micro-batch gives
+    every rank four passes (down ``F``, up ``F``, up ``I``, down ``I``) and the two free slots of a
+    period take ``W`` passes, oldest ``I`` first.
+
+    Micro-batch 0's forward goes down the ranks ``down_f`` slots apart, turns at the last rank and
+    comes back one slot apart; its ``I`` goes up ``up_i`` slots apart and back down one apart. ``d``,
+    the wait between the last forward and the first ``I``, is the least that gives a rank's four
+    passes four different slots of the period. Micro-batch ``j`` repeats the block ``6j`` slots later.
+    A pass's activations live from its ``F`` to its ``I``, so the spacings set the memory: one apart
+    (V-Min) keeps about a third of 1F1B's, two apart down the forward and up the ``I`` (V-Half) a half.
+    The per-rank order of these slots is then timed at the earliest starts, so uneven costs and
+    transfers only stretch it."""
+    p, m = pipe.num_ranks, pipe.num_microbatches
+
+    def slots(d: int, r: int) -> list[tuple[int, int, str]]:
+        fd = down_f * r
+        fu = down_f * (p - 1) + 1 + (p - 1 - r)
+        bu = down_f * (p - 1) + p + d + up_i * r
+        bd = down_f * (p - 1) + p + d + up_i * (p - 1) + 1 + (p - 1 - r)
+        return [(fd, r, "F"), (fu, 2 * p - 1 - r, "F"), (bu, 2 * p - 1 - r, "I"), (bd, r, "I")]
+
+    d = next(d for d in range(6) if all(len({t % 6 for t, _, _ in slots(d, r)}) == 4 for r in range(p)))
+    out = []
+    for r in range(p):
+        block = slots(d, r)
+        busy = sorted((t + 6 * j, s, k, j) for j in range(m) for t, s, k in block)
+        taken, owed, order = {t for t, *_ in busy}, [], []
+        k = 0
+        for t in range(busy[-1][0] + 1):
+            if t in taken:
+                _, s, kind, j = busy[k]
+                k += 1
+                order.append(f"{s}{kind}{j}")
+                if kind == "I":
+                    owed.append(f"{s}W{j}")
+            elif owed:
+                order.append(owed.pop(0))
+        out.append(order + owed)
+    return out
+
+
+@template("v-min", split_backward=True, placement="v", stages_per_rank=(2, 2))
+def v_min(pipe: Pipeline) -> list[list[str]]:
+    """V-Min: a V whose activations are about a third of 1F1B's (Zero Bubble's controllable memory).
+
+    Built from a building block (see `_v_block`) where the forward and the ``I`` of a micro-batch
+    each move one slot per rank; the price is a bubble of about 1F1B's when ``F``, ``I``, ``W`` differ.
+    """
+    return _v_block(pipe, 1, 1)
+
+
+@template("v-half", split_backward=True, placement="v", stages_per_rank=(2, 2))
+def v_half(pipe: Pipeline) -> list[list[str]]:
+    """V-Half: a V whose activations are about half of 1F1B's (Zero Bubble's controllable memory).
+
+    Built from a building block (see `_v_block`) where the forward goes down and the ``I`` comes
+    up two slots per rank, which leaves room to overlap and halves 1F1B's bubble.
+    """
+    return _v_block(pipe, 2, 2)
 
 
 # -- timing-aware: the Zero Bubble sweep --------------------------------------------------------------

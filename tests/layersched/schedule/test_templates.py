@@ -120,6 +120,35 @@ def test_zb_v_has_no_bubble_when_passes_are_equal(p):
     assert bubble_time("zb-v", pipeline(p, 3 * p, 3, 2, 1, v=2)) < one_f_one_b
 
 
+@pytest.mark.parametrize("p,v,m", [(2, 2, 4), (3, 2, 6), (4, 3, 8), (4, 3, 6), (5, 2, 5), (4, 2, 3), (8, 3, 24)])
+def test_interleaved_zb_memory_and_bubble(p, v, m):
+    # one activation per stage and micro-batch, none freed by W: the peak counts activations in flight
+    pipe = pipeline(p, m, 3, 2, 2, 1, v=v, memory_forward=1, memory_freed_by_weight=0)
+    g = m // max(1, m // p)  # micro-batches per round
+    zb = solve_pipeline(pipe, schedule="interleaved-zb").metrics
+    assert zb["peak_memory"][:p] == [min((v - 1) * g + p - r, m * v) for r in range(p)]
+    if m % p == 0:  # Megatron's interleaved 1F1B: never less memory on a rank, and a larger bubble
+        one_f_one_b = solve_pipeline(pipe, schedule="interleaved").metrics
+        assert all(a <= b for a, b in zip(zb["peak_memory"], one_f_one_b["peak_memory"], strict=True))
+        assert zb["bubble_rate"] < one_f_one_b["bubble_rate"]
+
+
+@pytest.mark.parametrize("p", [2, 3, 4, 5, 6, 8, 16])
+def test_v_min_and_v_half_memory(p):
+    # activations in stage units (W frees nothing): ZB-V holds 2p, 1F1B's; V-Half about a half, V-Min a third
+    pipe = pipeline(p, 3 * p, 1, 1, 1, v=2, memory_forward=1, memory_freed_by_weight=0)
+    peak = {n: max(solve_pipeline(pipe, schedule=n).metrics["peak_memory"][:p]) for n in ("zb-v", "v-half", "v-min")}
+    assert peak["zb-v"] == 2 * p
+    assert peak["v-half"] <= p + 2
+    assert peak["v-min"] <= 2 * p / 3 + 2
+    if p >= 4:
+        assert peak["v-min"] < peak["v-half"] < peak["zb-v"]
+    # equal passes: less bubble than 1F1B on the same model in p stages (stage times doubled)
+    one_f_one_b = solve_pipeline(pipeline(p, 3 * p, 2, 2, 2), schedule="1f1b").metrics["bubble_rate"]
+    for name in ("v-half", "v-min"):
+        assert solve_pipeline(pipe, schedule=name).metrics["bubble_rate"] < one_f_one_b
+
+
 @pytest.mark.parametrize("F,I,W,c", [(3, 3, 3, 1), (3, 2, 1, 1), (4, 3, 2, 2), (6, 5, 5, 3), (18522, 18086, 9337, 601)])
 @pytest.mark.parametrize("p", [2, 4, 5])
 def test_zb_h2_closed_form_with_transfer(p, F, I, W, c):
