@@ -184,6 +184,11 @@ def cpsat(
 def solve_interruptibly(solver: cp_model.CpSolver, model: cp_model.CpModel, callback) -> tuple[int, bool]:
     """Solve, stopping within a tenth of a second of Ctrl-C; the status and whether it was interrupted.
 
+    The time limit is also watched from outside: CP-SAT checks its own limit only between steps, and
+    its presolve of a large model can run minutes past it (seen: a 50 s limit on 98k tasks, still in
+    presolve after 5 minutes). Past the limit plus `OVERRUN_GRACE` the search is stopped as for Ctrl-C,
+    but not marked interrupted: the caller gets what CP-SAT had, as at a time limit.
+
     CP-SAT would catch SIGINT itself and return as if its time were up, so nobody could tell. Here
     the search runs in a worker thread while the main thread, where Python delivers Ctrl-C, waits on
     an event in tenths of a second; a `KeyboardInterrupt` there stops the search and the result is
@@ -205,18 +210,25 @@ def solve_interruptibly(solver: cp_model.CpSolver, model: cp_model.CpModel, call
         finally:
             done.set()
 
+    deadline = time.perf_counter() + solver.parameters.max_time_in_seconds + OVERRUN_GRACE
     threading.Thread(target=run, name="cp-sat", daemon=True).start()
-    interrupted = False
+    interrupted = overrun = False
     while not done.is_set():
         try:
             done.wait(0.1)
         except KeyboardInterrupt:
             interrupted = True
             solver.stop_search()
+        if not overrun and time.perf_counter() > deadline:
+            overrun = True
+            solver.stop_search()
     if "error" in out:
         raise out["error"]
     return out["code"], interrupted
 
+
+OVERRUN_GRACE = 1.0
+"""Seconds CP-SAT may run past its time limit before `solve_interruptibly` stops it from outside."""
 
 BUILD_ITEMS_PER_SECOND = 32_000
 """Tasks plus edges this module turns into a CP-SAT model per second, measured on the project's 2-core

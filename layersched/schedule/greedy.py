@@ -90,11 +90,13 @@ def simulate(
             if s == first_stage[r]:  # a new micro-batch on this rank reserves all its stages here
                 return mem[r] + reserves[r] + footprint[r] <= cap
             return True  # reserved when its first forward here started
-        # "oldest": after this forward, the oldest micro-batch still forwarding here can finish here
+        # "oldest": the oldest micro-batch still forwarding here takes its own room; any other forward
+        # leaves room for that one's remaining forwards here
         left = dict(todo_here[r])
-        left[i] = left.get(i, footprint[r]) - mf[s]
-        oldest = min((j for j, need in left.items() if need > 0), default=None)
-        return mem[r] + mf[s] + (left[oldest] if oldest is not None else 0) <= cap
+        left.setdefault(i, footprint[r])
+        oldest = min(j for j, need in left.items() if need > 0)
+        left[i] -= mf[s]
+        return mem[r] + mf[s] + (left[oldest] if oldest != i else 0) <= cap
 
     def candidates(r: int):
         """(start, priority, kind, stage) of each pass of rank r whose input is known."""

@@ -183,3 +183,31 @@ def test_registry_validates_cpsat():
 
 def test_docstring_examples():
     assert doctest.testmod(solvers.cpsat).failed == 0
+
+
+def test_a_search_past_its_time_limit_is_stopped_from_outside():
+    """CP-SAT's presolve of a large model can run long past max_time_in_seconds; the watchdog in
+    solve_interruptibly stops it OVERRUN_GRACE seconds after the limit (not marked interrupted)."""
+    import threading
+    import time
+
+    from solvers.cpsat import OVERRUN_GRACE, cp_model, solve_interruptibly
+
+    class Stuck:  # a solver that, like a long presolve, ignores its own limit until stopped
+        def __init__(self):
+            self.parameters = cp_model.CpSolver().parameters
+            self.parameters.max_time_in_seconds = 0.2
+            self.stopped = threading.Event()
+
+        def solve(self, model, callback):
+            assert self.stopped.wait(30), "never stopped"
+            return cp_model.UNKNOWN
+
+        def stop_search(self):
+            self.stopped.set()
+
+    t0 = time.perf_counter()
+    code, interrupted = solve_interruptibly(Stuck(), None, None)
+    took = time.perf_counter() - t0
+    assert code == cp_model.UNKNOWN and not interrupted
+    assert 0.2 + OVERRUN_GRACE <= took < 0.2 + OVERRUN_GRACE + 1.0

@@ -76,3 +76,16 @@ def test_best_finds_a_schedule_where_only_the_greedy_applies():
     assert isinstance(sol.info["candidates"]["chunk-greedy"], int)
     assert sol.metrics["value"] <= sol.info["candidates"]["chunk-greedy"]
     assert sol.metrics["lower_bound"] <= sol.metrics["value"]
+
+
+@pytest.mark.parametrize("p,m", [(2, 4), (2, 8), (3, 8), (4, 8)])
+def test_oldest_rule_lets_the_oldest_micro_batch_use_its_room(p, m):
+    """At ZB-V's limit (2p stage activations) the "oldest" rule used to stall: a rank full of down
+    forwards refused the oldest micro-batch's own up forward, keeping room for the next one's."""
+    spec = {"stages": 2 * p, "stages_per_rank": 2, "placement": "v", "microbatches": m, "forward": 3,
+            "backward_input": 3, "backward_weight": 2, "transfer": 1, "memory_forward": 10,
+            "memory_freed_by_weight": 4, "memory_limit": 2 * p * 10}  # fmt: skip
+    pipe = pipeline_from_spec(ProblemSpec.model_validate({"name": "t", "pipeline": spec}))
+    for order in ("depth", "breadth", "grouped"):
+        run = simulate(pipe, pipe.capacity, order=order, backward_first=True, reserve="oldest")
+        assert run is not None, order
