@@ -231,6 +231,9 @@ def cmd_solve(args, console: Console) -> int:
         if tried:
             fits = ", ".join(f"{k} {fmt_time(v, pipe.time_unit)}" for k, v in tried.items() if isinstance(v, int))
             console.print(f"candidates: {fits}; CP-SAT status {sol.info.get('cpsat_status')}")
+            for k, v in tried.items():  # a search step skipped, and why (templates that do not apply: not listed)
+                if isinstance(v, str) and v.startswith(("not run", "not tried")):
+                    console.print(f"{k}: {v}")
         _summary(doc, console)
         console.print(f"wrote {args.out} (valid; {len(doc.tasks)} tasks, solved in {sol.runtime:.2f} s)")
     if sol.info.get("interrupted"):  # said even with --quiet: the file holds an unfinished search

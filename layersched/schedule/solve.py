@@ -275,7 +275,7 @@ def _search_mode(
     ``share`` seconds. A step estimated not to fit in what is left of ``budget`` is skipped, and
     said so in ``tried``."""
     from solvers import get_solver
-    from solvers.cpsat import BUILD_SHARE, build_seconds
+    from solvers.cpsat import decline_reason
 
     t0 = time.perf_counter()
     mode = "split" if split_backward else "fused"
@@ -295,12 +295,9 @@ def _search_mode(
     else:
         tried[f"list ({mode})"] = "not run: the time limit was reached"
     cp_time = end - time.perf_counter()
-    build = build_seconds(tasks.problem)
-    if build > BUILD_SHARE * cp_time:  # declined up front, before any seed is converted
-        tried[f"cpsat ({mode})"] = (
-            f"not run: building its model of {tasks.problem.num_tasks} tasks would take about {build:.0f} s, more "
-            f"than {BUILD_SHARE:.0%} of the {max(cp_time, 0):.1f} s left"
-        )
+    declined = decline_reason(tasks.problem, cp_time)
+    if declined:  # declined up front, before any seed is converted
+        tried[f"cpsat ({mode})"] = f"not run: {declined}"
         if not hints:
             return unsearched
         result = Result(hints[0][1], "feasible", hints[0][0], 0, 0.0, "list", objective, {"source": "list"})

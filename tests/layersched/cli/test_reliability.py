@@ -435,10 +435,22 @@ def test_cp_sat_declines_a_model_it_cannot_build_within_the_limit():
     from solvers import Problem
     from solvers.cpsat import BUILD_SHARE, build_seconds, cpsat
 
-    p = Problem(duration=[1] * 20_000, num_processors=2)
+    p = Problem(duration=[1] * 15_000, num_processors=2)
     assert build_seconds(p) > BUILD_SHARE * 0.1
     r = cpsat(p, time_limit=0.1)
     assert r.schedule is None and r.status == "unknown" and "would take about" in r.info["reason"]
+
+
+def test_cp_sat_declines_more_tasks_than_it_can_stop_on():
+    """Above MAX_SEARCH_TASKS CP-SAT ran minutes past its limit and ignored stop_search: declined,
+    whatever the limit, and the hint (here the list schedule) stands."""
+    from solvers import Problem
+    from solvers.cpsat import MAX_SEARCH_TASKS, cpsat
+
+    p = Problem(duration=[1] * (MAX_SEARCH_TASKS + 1), num_processors=2)
+    r = cpsat(p, time_limit=600)
+    assert r.info["not_run"] and "does not stop near its time limit" in r.info["reason"]
+    assert r.schedule is not None and r.info["source"] == "hint"
 
 
 def pipeline_problem(tmp_path, stages: int, microbatches: int):
