@@ -26,6 +26,8 @@ EPILOG = """examples:
   layersched show schedule.json --plot schedule.svg
   layersched validate schedule.json
   layersched export schedule.json --format torch-csv --out schedule.csv
+  layersched export schedule.json --format torchtitan --out pp.toml   (pp.csv beside it)
+  layersched preflight schedule.json
 """
 
 
@@ -98,11 +100,36 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("schedule")
     e.add_argument(
         "--format",
-        choices=["torch-csv", "json"],
+        choices=["torch-csv", "json", "torchtitan"],
         default="torch-csv",
-        help="torch-csv: torch.distributed.pipelining's compute-only CSV (one row per rank)",
+        help="torch-csv: torch.distributed.pipelining's compute-only CSV (one row per rank); torchtitan: that "
+        "CSV and a TOML fragment for torchtitan's job config ([parallelism] and the batch size) that runs it",
     )
-    e.add_argument("--out", help="output file (default: the schedule's name with the format's suffix)")
+    e.add_argument(
+        "--out", help="output file (default: the schedule's name with the format's suffix; torchtitan: .toml)"
+    )
+    e.add_argument(
+        "--microbatch-size",
+        type=positive_int,
+        default=1,
+        help="torchtitan: samples per micro-batch (pipeline_parallel_microbatch_size; default 1)",
+    )
+
+    pf = sub.add_parser(
+        "preflight",
+        help="replay torch's offline checks and torchtitan's placement rule on a schedule file",
+        description="Check a schedule file as torch and torchtitan will before a run: torch's _validate_schedule, "
+        "_add_send_recv and _simulate_comms_compute (a dry run that finds communication deadlocks), then "
+        "torchtitan's placement of stages for the schedule name. One line per check; exit 0 when all pass, 1 "
+        "when one fails. Needs torch.",
+    )
+    pf.add_argument("schedule", help="schedule file written by 'layersched solve'")
+    pf.add_argument(
+        "--torchtitan-schedule",
+        metavar="NAME",
+        help="the pipeline_parallel_schedule of your torchtitan config (default: the one 'export --format "
+        "torchtitan' writes)",
+    )
 
     sub.add_parser("schema", help="print the JSON Schema of the schedule file")
     sub.add_parser("list", help="list the pipeline templates and solvers")
@@ -346,14 +373,43 @@ def cmd_validate(args, console: Console) -> int:
 
 
 def cmd_export(args, console: Console) -> int:
-    from layersched.formats.export import EXPORT_FORMATS, write_text
+    from layersched.formats.export import EXPORT_FORMATS, to_torch_csv, write_text
 
     doc, _ = _load_checked(args.schedule)
+    if args.format == "torchtitan":
+        from layersched.formats.torchtitan import TorchtitanError, torchtitan_settings
+
+        toml = Path(args.out or Path(args.schedule).with_suffix(".toml"))
+        csv_path = toml.with_suffix(".csv")
+        try:
+            settings = torchtitan_settings(doc, str(csv_path.resolve()), args.microbatch_size)
+        except TorchtitanError as exc:
+            from layersched.describe.config import SpecError
+
+            raise SpecError(f"{args.schedule}: {exc}") from None
+        write_text(csv_path, to_torch_csv(doc))
+        write_text(toml, settings)
+        console.print(f"wrote {csv_path} and {toml} (merge it into your torchtitan job config)")
+        return 0
     fn, suffix = EXPORT_FORMATS[args.format]
     out = args.out or str(Path(args.schedule).with_suffix(suffix))
     write_text(out, fn(doc))
     console.print(f"wrote {out}")
     return 0
+
+
+def cmd_preflight(args, console: Console) -> int:
+    from layersched.describe.config import SpecError
+    from layersched.runtime.preflight import preflight
+
+    doc, _ = _load_checked(args.schedule)
+    try:
+        checks = preflight(doc, args.torchtitan_schedule)
+    except ImportError:
+        raise SpecError("preflight runs torch's own checks and needs torch: pip install 'layersched[torch]'") from None
+    for c in checks:
+        console.print(f"{'pass' if c.ok else 'FAIL'}  {c.name}: {c.detail}", markup=False, highlight=False)
+    return 0 if all(c.ok for c in checks) else 1
 
 
 def cmd_schema(args, console: Console) -> int:
@@ -467,6 +523,7 @@ COMMANDS = {
     "show": cmd_show,
     "validate": cmd_validate,
     "export": cmd_export,
+    "preflight": cmd_preflight,
     "schema": cmd_schema,
     "list": cmd_list,
 }

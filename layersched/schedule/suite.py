@@ -100,12 +100,13 @@ def _is_peer(name: str) -> bool:
 
 
 def check_methods(path: Path, methods: list[str], peers: dict | None = None) -> None:
-    """`SpecError` naming the first method that is neither a template, a solver, ``best`` nor a peer."""
+    """`SpecError` naming the first method that is neither a template, a solver, ``best`` nor a peer
+    (one of ``peers`` when given, else any ``torch:<name>``: what torch knows is checked where torch is)."""
     from layersched.schedule.templates import template_names
     from solvers import solver_names
 
     for m in methods:
-        if not (_is_template(m) or m in solver_names() or m == "best" or m in (peers or {})):
+        if not (_is_template(m) or m in solver_names() or m == "best" or (m in peers if peers else _is_peer(m))):
             valid = sorted([*template_names(), *solver_names(), "best", *(peers or {})])
             raise SpecError(f"{path}: methods: unknown method {m!r}; valid: {', '.join(valid)}")
 
@@ -133,8 +134,7 @@ def run_suite(
     suite = load_spec(path, SuiteSpec)
     peers = peers or {}
     methods = methods or suite.methods
-    # without torch (no peers given) a torch method is kept, and its row says what it needs
-    check_methods(path, methods, peers or {m: None for m in methods if _is_peer(m)})
+    check_methods(path, methods, peers)  # without torch (no peers) a torch method's row says what it needs
     limit = time_limit or suite.time_limit
     jobs = [(prob, f, m) for prob in suite.problems for f in prob.memory_factors for m in methods]
     rows = []
@@ -173,7 +173,7 @@ def run_suite(
         if sol.info.get("interrupted"):
             raise KeyboardInterrupt  # Ctrl-C: no table of half-finished runs
         m = sol.metrics
-        status = sol.result.status if sol.result is not None else "template"
+        status = sol.result.status if sol.result is not None else ("peer" if _is_peer(method) else "template")
         row.update(
             status=status,
             objective=sol.objective,

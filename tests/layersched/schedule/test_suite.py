@@ -114,3 +114,22 @@ def test_unknown_suite_lists_the_known_ones(capsys):
     assert "'zero-bubbel'" in err and "zero-bubble" in err and "layerpipe" in err
     assert main(["bench", "missing.yaml"]) == 2
     assert "missing.yaml: no such suite file" in capsys.readouterr().err
+
+
+def test_torch_peers_are_rows_beside_ours(tmp_path):
+    """``torch:<name>`` methods time torch's own schedule on our graph (validated, memory included);
+    without torch their rows say what they need, and a name torch does not have is refused."""
+    suite = tmp_path / "peers.yaml"
+    problem = (DATA.parent.parent / "problems" / "zb-interleaved-1.5b.yaml").resolve()
+    methods = "[interleaved-zb, torch:interleaved-zb]"
+    suite.write_text(f"name: peers\nproblems:\n  - {{path: {problem}}}\nmethods: {methods}\n")
+    rows = run_suite(suite)  # no peers given: as without torch
+    assert rows[1]["status"] == "n/a: torch:interleaved-zb needs torch: pip install 'layersched[torch]'"
+    pytest.importorskip("torch")
+    from layersched.runtime.torch_orders import peers
+
+    ours, theirs = run_suite(suite, peers=peers())
+    assert theirs["status"] == "peer" and theirs["value"] == ours["value"]  # the same order: 0.0755
+    assert theirs["bubble_rate"] == pytest.approx(0.0755, abs=1e-4)
+    with pytest.raises(SpecError, match="unknown method 'torch:zb-x'"):
+        run_suite(suite, methods=["torch:zb-x"], peers=peers())

@@ -1,0 +1,106 @@
+"""``layersched preflight``: will torch and torchtitan run this schedule? torch's own offline checks.
+
+Given a schedule file (already checked by our validator), it replays what torch does before a run:
+
+1. ``_validate_schedule``: every stage's F, I/B and W of every micro-batch, each once, in an order
+   torch accepts; it also derives which rank holds each stage;
+2. ``_add_send_recv``: the sends and receives torch inserts between ranks;
+3. ``_simulate_comms_compute``: torch's dry run of the result, which finds a deadlock of
+   misordered communication;
+4. torchtitan's placement rule: the stages must sit where torchtitan puts them for the schedule name
+   in its config (loop, or V for ``ZBVZeroBubble``/``DualPipeV``; see `layersched.formats.torchtitan`).
+
+Each check is a line with its outcome; a failure says what differs. torch is needed (checks 1-3 are
+torch's code); the placement rule alone is pure Python.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from dataclasses import dataclass
+
+from layersched.describe.placement import placement
+from layersched.formats.torchtitan import TorchtitanError, torchtitan_placement, torchtitan_schedule_name
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+
+
+def placement_check(stage_to_rank: list[int], schedule_name: str | None = None) -> Check:
+    """torchtitan's placement for ``schedule_name`` (default: the name our export writes) against
+    the schedule's own."""
+    S, R = len(stage_to_rank), max(stage_to_rank) + 1
+    if schedule_name is None:
+        try:
+            schedule_name = torchtitan_schedule_name(stage_to_rank)
+        except TorchtitanError as exc:
+            return Check("torchtitan placement", False, str(exc))
+    style = torchtitan_placement(schedule_name)
+    if style == "v" and S != 2 * R:
+        return Check(
+            "torchtitan placement", False, f"{schedule_name} places two stages per rank in a V; this has {S} on {R}"
+        )
+    theirs = placement(S, R, style)
+    wrong = [s for s in range(S) if theirs[s] != stage_to_rank[s]]
+    if wrong:
+        s = wrong[0]
+        return Check(
+            "torchtitan placement",
+            False,
+            f"stage {s} is on rank {stage_to_rank[s]} here; with pipeline_parallel_schedule = {schedule_name} "
+            f"torchtitan puts it on rank {theirs[s]} ({style} placement), and {len(wrong) - 1} more stage(s) differ; "
+            f"use a schedule name of this placement or solve again with placement {style}",
+        )
+    return Check("torchtitan placement", True, f"{schedule_name}: {style} placement, {S // R} stage(s) per rank")
+
+
+def preflight(doc, schedule_name: str | None = None) -> list[Check]:
+    """torch's offline checks of schedule file ``doc``, then torchtitan's placement rule. `ImportError`
+    without torch."""
+    from torch.distributed.pipelining.schedules import (
+        _Action,
+        _add_send_recv,
+        _simulate_comms_compute,
+        _validate_schedule,
+    )
+
+    rec = doc.pipeline
+    p, S, m = rec.num_ranks, rec.num_stages, rec.num_microbatches
+    actions = {r: [_Action.from_str(a) for a in doc.actions[r]] for r in range(p)}
+    checks = []
+    try:
+        mapping = _validate_schedule(actions, p, S, m)
+    except (AssertionError, ValueError, KeyError) as exc:
+        return [Check("torch _validate_schedule", False, str(exc).strip().splitlines()[0][:300])]
+    if [mapping[s] for s in range(S)] != list(rec.stage_to_rank):
+        why = f"torch derives stage ranks {mapping}, the file has {rec.stage_to_rank}"
+        return [Check("torch _validate_schedule", False, why)]
+    checks.append(Check("torch _validate_schedule", True, f"{p} ranks, {S} stages, {m} micro-batches"))
+    try:
+        comms = _add_send_recv(actions, lambda s: mapping[s], S)
+    except (AssertionError, ValueError, KeyError) as exc:
+        return [*checks, Check("torch _add_send_recv", False, str(exc).strip().splitlines()[0][:300])]
+    sends = sum(1 for r in comms.values() for a in r if "SEND" in str(a))
+    checks.append(Check("torch _add_send_recv", True, f"{sends} sends and as many receives"))
+    printed = io.StringIO()  # torch prints its partial schedule when it stalls: keep it for the message
+    try:
+        with contextlib.redirect_stdout(printed):
+            simulated = _simulate_comms_compute(comms, lambda s: mapping[s], S)
+    except (AssertionError, ValueError, RuntimeError) as exc:
+        waiting = [line.strip() for line in printed.getvalue().splitlines() if line.startswith("rank=")]
+        why = f"{exc}; " + "; ".join(waiting[:4]) if waiting else str(exc)
+        return [*checks, Check("torch _simulate_comms_compute", False, why[:400])]
+    ran = sum(1 for r in simulated.values() for a in r if a is not None)
+    total = sum(len(r) for r in comms.values())
+    if ran != total:
+        checks.append(Check("torch _simulate_comms_compute", False, f"{total - ran} of {total} actions never ran"))
+    else:
+        steps = max(len(r) for r in simulated.values())
+        checks.append(Check("torch _simulate_comms_compute", True, f"all {total} actions ran, in {steps} steps"))
+    checks.append(placement_check(list(rec.stage_to_rank), schedule_name))
+    return checks
