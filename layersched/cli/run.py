@@ -79,6 +79,18 @@ def parser() -> argparse.ArgumentParser:
         metavar="MAX",
         help="clip the gradients' norm over all stages to MAX before each step (as torch.nn.utils.clip_grad_norm_)",
     )
+    p.add_argument(
+        "--checkpoint",
+        metavar="DIR",
+        help="save parameters, optimizer and schedule state at the end into DIR, a torch.distributed.checkpoint "
+        "directory (written as DIR.partial, renamed when complete)",
+    )
+    p.add_argument("--checkpoint-every", type=positive_int, metavar="N", help="also save after every N steps")
+    p.add_argument(
+        "--resume",
+        metavar="DIR",
+        help="start from checkpoint DIR, at its step, and run --steps more: the same numbers as a run never stopped",
+    )
     p.add_argument("--microbatch-size", type=positive_int, metavar="N", help="passed to the model builder")
     p.add_argument(
         "--model-arg",
@@ -160,6 +172,9 @@ def _run(args) -> int:
         lr_schedule=args.lr_schedule,
         lr_schedule_args=_keywords(args.lr_schedule_arg, "--lr-schedule-arg", "step_size=2"),
         clip_grad_norm=args.clip_grad_norm,
+        checkpoint=args.checkpoint,
+        checkpoint_every=args.checkpoint_every,
+        resume=args.resume,
     )
     if "RANK" in os.environ:
         from layersched.runtime.launch import run_under_torchrun
@@ -217,9 +232,12 @@ def _report(doc, results, args) -> None:
         f"replicas, {doc.pipeline.num_microbatches} micro-batches, runtime {args.runtime}"
     )
     print(f"{'step':>5} {'loss':>12} {'time (ms)':>10}")
+    first = max(r.first_step for r in results)
     for k in range(steps):
         loss = sum(r[k] for r in replicas) / len(replicas) if replicas else float("nan")
-        print(f"{k:>5} {loss:>12.6f} {max(r.step_times[k] for r in results) * 1e3:>10.2f}")
+        print(f"{first + k:>5} {loss:>12.6f} {max(r.step_times[k] for r in results) * 1e3:>10.2f}")
+    if args.checkpoint:
+        print(f"wrote checkpoint {args.checkpoint} (step {first + steps})")
     if args.trace and not args.no_trace:
         from layersched.runtime.trace import trace_document, write_trace
 

@@ -33,6 +33,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 import torch
@@ -67,6 +68,9 @@ class RunConfig:
     lr_schedule: str | None = None  # a torch.optim.lr_scheduler class by name, stepped once per step
     lr_schedule_args: dict = field(default_factory=dict)
     clip_grad_norm: float | None = None  # the gradients' norm over all stages is clipped to this
+    checkpoint: str | None = None  # a DCP checkpoint directory written at the end (see `checkpoint`)
+    checkpoint_every: int | None = None  # and after every this many steps
+    resume: str | None = None  # a DCP checkpoint directory to start from, at its step
 
     @property
     def world_size(self) -> int:
@@ -89,6 +93,7 @@ class RankResult:
     step_starts: list[float]
     step_times: list[float]
     transfers: list[dict] = field(default_factory=list)
+    first_step: int = 0  # the step the run started at (a resumed run: its checkpoint's)
 
 
 @dataclass
@@ -129,6 +134,13 @@ def prepare(cfg: RunConfig, world_size: int) -> Prepared:
     assigned = assign_layers(p.num_stages, stage_layers, names)
     check_shared_parameters(assigned, units)
     check_training(cfg)
+    if cfg.resume:
+        from layersched.runtime.checkpoint import CheckpointError, check_resume
+
+        try:
+            check_resume(cfg, assigned)
+        except CheckpointError as exc:
+            raise PlanError(f"--resume {exc}") from None
     return Prepared(plan, workload, assigned, units)
 
 
@@ -170,8 +182,9 @@ def _torch_class(module, name: str, what: str, option: str):
 def make_optimizer(params: list[torch.Tensor], cfg: RunConfig):
     """The optimizer of ``params``: ``cfg.optimizer`` (a ``torch.optim`` class by name, any case) with
     ``lr``, ``cfg.optimizer_args`` and, for SGD, ``momentum``. Plain SGD with momentum uses `SGD`
-    (torch's optimizers import torch._dynamo, two seconds in every process); the same numbers."""
-    if cfg.optimizer.lower() == "sgd" and not cfg.optimizer_args:
+    (torch's optimizers import torch._dynamo, two seconds in every process); the same numbers. A run
+    that saves or resumes a checkpoint uses torch's, whose state torch's checkpoints know."""
+    if cfg.optimizer.lower() == "sgd" and not cfg.optimizer_args and not (cfg.checkpoint or cfg.resume):
         return SGD(params, lr=cfg.lr, momentum=cfg.momentum)
     return _torch_optimizer(params, cfg.optimizer, cfg.lr, cfg.momentum, cfg.optimizer_args)
 
@@ -200,6 +213,7 @@ def check_training(cfg: RunConfig) -> None:
     any process starts: a bad name or argument is one line."""
     if cfg.clip_grad_norm is not None and not (0 < cfg.clip_grad_norm < math.inf):
         raise PlanError(f"--clip-grad-norm: expected a finite number above 0, got {cfg.clip_grad_norm}")
+    check_checkpointing(cfg)
     probe = [torch.zeros(1, requires_grad=True)]
     try:
         opt = make_optimizer(probe, cfg)
@@ -212,6 +226,20 @@ def check_training(cfg: RunConfig) -> None:
     except (TypeError, ValueError, KeyError) as exc:
         what = f"--optimizer {cfg.optimizer}" + (f" / --lr-schedule {cfg.lr_schedule}" if cfg.lr_schedule else "")
         raise PlanError(f"{what}: {exc}") from None
+
+
+def check_checkpointing(cfg: RunConfig) -> None:
+    """`PlanError` for checkpoint options that cannot work, before any process starts."""
+    if (cfg.checkpoint or cfg.resume) and cfg.runtime != "layersched":
+        raise PlanError("--checkpoint and --resume need runtime 'layersched' (torch's executor keeps its own state)")
+    if cfg.checkpoint_every is not None and (cfg.checkpoint_every < 1 or not cfg.checkpoint):
+        raise PlanError("--checkpoint-every N: N must be at least 1, and --checkpoint DIR says where to write")
+    if cfg.resume and not (Path(cfg.resume) / ".metadata").is_file():
+        raise PlanError(
+            f"--resume {cfg.resume}: not a checkpoint (no .metadata); give a directory written by --checkpoint"
+        )
+    if cfg.checkpoint and Path(cfg.checkpoint).exists() and not Path(cfg.checkpoint).is_dir():
+        raise PlanError(f"--checkpoint {cfg.checkpoint}: a file is in the way; give a directory")
 
 
 def train_reference(
@@ -275,12 +303,13 @@ def clip_gradients(params: list[torch.Tensor], max_norm: float, group=None) -> f
 def check_against_reference(cfg: RunConfig, results: list[RankResult], rtol: float = 1e-5, atol: float = 1e-8):
     """The run's parameters against `train_reference` on the same micro-batches with the same
     optimizer and schedule: ``(ok, largest absolute difference, its parameter)``; ``ok`` when every
-    parameter of every replica is within ``rtol`` and ``atol``."""
+    parameter of every replica is within ``rtol`` and ``atol``. A resumed run is compared with the
+    reference trained from the start to the step it reached."""
     p = cfg.schedule.pipeline
     ref, _ = train_reference(
         cfg.model,
         p.num_microbatches * p.data_parallel,
-        steps=cfg.steps,
+        steps=max(r.first_step for r in results) + cfg.steps,
         lr=cfg.lr,
         momentum=cfg.momentum,
         model_options=cfg.model_options,
@@ -549,6 +578,7 @@ class Executor:
             pipes = [dist.new_group([d * self.R + r for r in range(self.R)]) for d in range(self.D)]
             self.pipe_group = pipes[self.replica]
         self.pairs = pair_groups(plan, self.D)
+        self.stage_layers = prep.stage_layers
         self._shapes: dict[tuple, list[tuple[torch.Size, torch.dtype]]] = {}
         self.timer = Timer(device, cfg.trace, clock_offset(device) if cfg.trace else 0.0)
 
@@ -569,10 +599,15 @@ class Executor:
     def run(self) -> RankResult:
         losses: list[float] = []
         starts, times = [], []
+        first = 0
+        if self.cfg.resume:
+            from layersched.runtime.checkpoint import load
+
+            first = load(self, self.cfg.resume)
         if self.cfg.trace:
             dist.barrier()
         t_run = time.perf_counter()
-        for step in range(self.cfg.steps):
+        for step in range(first, first + self.cfg.steps):
             mbs = [
                 (x.to(self.device), y.to(self.device))
                 for x, y in self.workload.batches(step, self.M * self.D)[
@@ -591,6 +626,11 @@ class Executor:
                     f"step {step}: the loss is {losses[-1]} on rank {self.rank} (replica {self.replica}); "
                     "the run stops here: lower the learning rate, or check the model and its data"
                 )
+            every, done = self.cfg.checkpoint_every, step + 1
+            if self.cfg.checkpoint and (done == first + self.cfg.steps or (every and done % every == 0)):
+                from layersched.runtime.checkpoint import save
+
+                save(self, done, self.cfg.checkpoint)
         last = self.S - 1 in self.stages
         params = {
             param_name(n, k): v.detach().cpu().clone()
@@ -608,6 +648,7 @@ class Executor:
             starts,
             times,
             self.timer.transfers,
+            first,
         )
 
     def _global(self, pipeline_rank: int) -> int:

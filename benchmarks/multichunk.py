@@ -1,0 +1,136 @@
+"""Several stages per rank: ``best`` against the peers on the multi-chunk rows, and what it costs.
+
+For each row, at the problem's own memory limit (1F1B's activations):
+- the peers, timed on our graph and validated: torch's ``ScheduleInterleavedZeroBubble``,
+  ``ScheduleZBVZeroBubble`` and ``ScheduleDualPipeV`` orders (where torch is installed; a row says
+  why one does not apply, e.g. over the memory limit), and the published figure of the ZB authors'
+  V generator;
+- ``layersched solve --solver best --time-limit L`` as a subprocess, ``--runs`` times: its bubble
+  rate, its proven gap, where it came from, its wall time and peak memory (min / median / max).
+
+Rows: the bundled ``zb-v-6.2b`` (p=16) and ``zb-interleaved-1.5b`` (p=8), and the V row re-cut to
+p=32, m=256 (the issue's largest: 4 GB at most, within the limit).
+
+Usage: python benchmarks/multichunk.py [--runs 3] [--time-limit 60]   (about 7 minutes on 2 cores)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from layersched.describe.config import load_problem
+from layersched.describe.stages import pipeline_from_spec
+from layersched.schedule.solve import solve_orders
+
+ROOT = Path(__file__).resolve().parents[1]
+PUBLISHED = {"zb-v-6.2b": ("ZB authors' V generator", 0.0697)}
+
+
+def rows(tmp: Path) -> list[Path]:
+    big = yaml.safe_load((ROOT / "problems" / "zb-v-6.2b.yaml").read_text())
+    p = big["pipeline"]
+    big["name"] = "zb-v-6.2b-p32-m256"
+    p.update(stages=64, microbatches=256, memory_limit=2 * 32 * p["memory_forward"])
+    path = tmp / "zb-v-6.2b-p32-m256.yaml"
+    path.write_text(yaml.safe_dump(big))
+    return [ROOT / "problems" / "zb-v-6.2b.yaml", ROOT / "problems" / "zb-interleaved-1.5b.yaml", path]
+
+
+def peers(path: Path) -> list[tuple[str, str]]:
+    """(peer, bubble rate or why not) for torch's schedules on this problem."""
+    try:
+        from layersched.runtime.torch_orders import TORCH_SCHEDULES, TorchOrderError, peer_orders
+    except ImportError:
+        return [("torch", "needs torch")]
+    from solvers import InvalidSchedule
+
+    pipe = pipeline_from_spec(load_problem(path))
+    out = []
+    for name in ("interleaved-zb", "zb-v", "dualpipev"):
+        label = f"torch {TORCH_SCHEDULES[name].cls}"
+        try:
+            orders, split, stage_to_rank = peer_orders(name, pipe)
+            sol = solve_orders(pipe, orders, split_backward=split, stage_to_rank=stage_to_rank, method=name)
+            out.append((label, f"{sol.metrics['bubble_rate']:.4f}"))
+        except InvalidSchedule as exc:
+            over = "over the memory limit" if str(exc).startswith("memory") else str(exc)[:60]
+            out.append((label, f"n/a: {over}"))
+        except TorchOrderError as exc:
+            out.append((label, f"n/a: {str(exc).split(';')[0].replace('torch' + chr(39) + 's ', '')[:60]}"))
+    return out
+
+
+def best_run(path: Path, limit: float, out: Path) -> dict:
+    """One ``solve --solver best`` in its own process: the result and the process's wall and peak memory."""
+    code = (
+        "import resource, sys, time; t = time.perf_counter(); from layersched.cli.main import main; "
+        f"rc = main(['solve', {str(path)!r}, '--solver', 'best', '--time-limit', '{limit}', '--out', "
+        f"{str(out)!r}, '--quiet']); "
+        "print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss); sys.exit(rc)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    wall, rss_kb = done.stdout.split()[-2:]
+    doc = json.loads(out.read_text())
+    m = doc["metrics"]
+    return {
+        "bubble": m["bubble_rate"],
+        "gap": (m["value"] - m["lower_bound"]) / m["value"],
+        "wall": float(wall),
+        "rss_mb": int(rss_kb) / 1024,
+    }
+
+
+def spread(xs: list[float], fmt: str) -> str:
+    return " / ".join(format(x, fmt) for x in (min(xs), statistics.median(xs), max(xs)))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--time-limit", type=float, default=60.0)
+    args = ap.parse_args()
+    console = Console(width=140)
+    peer_table = Table(title="peers at the same memory limit (timed on our graph, validated)")
+    best_table = Table(title=f"best, {args.runs} runs, min / median / max (--time-limit {args.time_limit:g})")
+    for col in ("row", "peer", "bubble"):
+        peer_table.add_column(col)
+    for col in ("row", "bubble", "proven gap %", "wall s", "peak MB"):
+        best_table.add_column(col)
+    with tempfile.TemporaryDirectory() as tmp:
+        for path in rows(Path(tmp)):
+            name = path.stem
+            listed = peers(path)
+            if name in PUBLISHED:
+                listed.append((PUBLISHED[name][0], f"{PUBLISHED[name][1]:.4f} (published)"))
+            for peer, value in listed:
+                peer_table.add_row(name, peer, value)
+            runs = [best_run(path, args.time_limit, Path(tmp) / f"{name}-{k}.json") for k in range(args.runs)]
+            best_table.add_row(
+                name,
+                spread([r["bubble"] for r in runs], ".4f"),
+                spread([r["gap"] * 100 for r in runs], ".2f"),
+                spread([r["wall"] for r in runs], ".1f"),
+                spread([r["rss_mb"] for r in runs], ".0f"),
+            )
+    console.print(peer_table)
+    console.print(best_table)
+    console.print(
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; wall and peak "
+        "memory of each solve process (after Python starts)"
+    )
+
+
+if __name__ == "__main__":
+    main()

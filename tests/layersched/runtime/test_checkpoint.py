@@ -1,0 +1,91 @@
+"""Checkpoints with torch.distributed.checkpoint: a run resumed from one continues exactly as the
+uninterrupted run (bit for bit), pipelined and data-parallel, with an optimizer and a schedule."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from layersched.formats.export import save_json, schedule_file  # noqa: E402
+from layersched.runtime.launch import launch_jobs  # noqa: E402
+from layersched.runtime.plan import PlanError  # noqa: E402
+from layersched.runtime.runner import RunConfig, check_against_reference, prepare  # noqa: E402
+from layersched.schedule.solve import solve_pipeline  # noqa: E402
+from tests.layersched.runtime.test_runner_plan import stage_pipe  # noqa: E402
+from tests.paths import EXAMPLES  # noqa: E402
+
+MLP = f"{EXAMPLES / 'models.py'}:mlp"
+TRAINING = {
+    "lr": 0.01,
+    "optimizer": "AdamW",
+    "optimizer_args": {"weight_decay": 0.1},
+    "lr_schedule": "steplr",
+    "lr_schedule_args": {"step_size": 1, "gamma": 0.5},
+}
+
+
+@pytest.mark.parametrize("ranks,replicas,template", [(2, 1, "1f1b-split"), (2, 2, "1f1b")])
+def test_a_resumed_run_continues_exactly(tmp_path, ranks, replicas, template):
+    doc = schedule_file(solve_pipeline(stage_pipe(ranks, 4, data_parallel=replicas), schedule=template))
+    ckpt = tmp_path / "ckpt"
+    whole = RunConfig(doc, MLP, steps=4, trace=False, **TRAINING)
+    first = RunConfig(doc, MLP, steps=2, trace=False, checkpoint=str(ckpt), **TRAINING)
+    straight, halfway = launch_jobs([whole, first], timeout=300)
+    assert (ckpt / ".metadata").is_file() and not (tmp_path / "ckpt.partial").exists()
+    second = RunConfig(doc, MLP, steps=2, trace=False, resume=str(ckpt), **TRAINING)
+    (resumed,) = launch_jobs([second], timeout=300)
+    by_rank = {r.rank: r for r in straight}
+    for r in resumed:
+        assert r.first_step == 2
+        for name, value in r.params.items():
+            assert torch.equal(value, by_rank[r.rank].params[name]), name  # bit for bit
+        if r.losses is not None:
+            assert r.losses == by_rank[r.rank].losses[2:]
+    ok, worst, _ = check_against_reference(second, resumed)  # the reference trains all 4 steps
+    assert ok, worst
+    half = {r.rank: r for r in halfway}
+    assert any(not torch.equal(v, half[r.rank].params[k]) for r in resumed for k, v in r.params.items())
+
+
+def test_checkpoint_every_n_steps_keeps_the_last(tmp_path):
+    doc = schedule_file(solve_pipeline(stage_pipe(2, 4), schedule="1f1b"))
+    ckpt = tmp_path / "every"
+    (results,) = launch_jobs(
+        [RunConfig(doc, MLP, steps=3, trace=False, checkpoint=str(ckpt), checkpoint_every=2)], timeout=300
+    )
+    (resumed,) = launch_jobs([RunConfig(doc, MLP, steps=1, trace=False, resume=str(ckpt))], timeout=300)
+    assert {r.first_step for r in resumed} == {3}  # the save at the end (step 3) replaced the one at step 2
+
+
+def test_checkpoint_options_are_checked_before_any_process(tmp_path):
+    doc = schedule_file(solve_pipeline(stage_pipe(2, 4), schedule="1f1b"))
+    with pytest.raises(PlanError, match="need runtime 'layersched'"):
+        prepare(RunConfig(doc, MLP, runtime="torch", checkpoint=str(tmp_path / "c")), 2)
+    with pytest.raises(PlanError, match=r"--resume .*: not a checkpoint \(no .metadata\)"):
+        prepare(RunConfig(doc, MLP, resume=str(tmp_path)), 2)
+    with pytest.raises(PlanError, match="--checkpoint-every N"):
+        prepare(RunConfig(doc, MLP, checkpoint_every=2), 2)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(PlanError, match="a file is in the way"):
+        prepare(RunConfig(doc, MLP, checkpoint=str(tmp_path / "file")), 2)
+
+
+def test_a_checkpoint_of_another_split_or_optimizer_is_refused(tmp_path):
+    doc = schedule_file(solve_pipeline(stage_pipe(2, 4), schedule="1f1b"))
+    ckpt = tmp_path / "c"
+    launch_jobs([RunConfig(doc, MLP, steps=1, trace=False, checkpoint=str(ckpt))], timeout=300)
+    with pytest.raises(PlanError, match="saved with optimizer 'sgd', this run has 'adamw'"):
+        prepare(RunConfig(doc, MLP, resume=str(ckpt), optimizer="adamw"), 2)
+
+
+def test_the_run_command_saves_and_resumes(tmp_path, capsys):
+    from layersched.cli.run import main as run_main
+
+    path = tmp_path / "s.json"
+    save_json(schedule_file(solve_pipeline(stage_pipe(2, 4), schedule="1f1b")), path)
+    ckpt = str(tmp_path / "ck")
+    args = [str(path), "--model", MLP, "--no-trace", "--steps", "1"]
+    assert run_main([*args, "--checkpoint", ckpt]) == 0
+    assert "wrote checkpoint" in capsys.readouterr().out
+    assert run_main([*args, "--resume", ckpt, "--check"]) == 0
+    out = capsys.readouterr().out
+    assert "\n    1 " in out and "rtol 1e-5: pass" in out  # step 1 (the second), checked against 2 steps
