@@ -32,7 +32,7 @@ import torch
 
 from layersched.describe.config import ClusterSpec, DeviceSpec, LinkSpec, ModelSpec, ProblemSpec, TrainingSpec
 from layersched.runtime.runner import SGD
-from layersched.runtime.workload import Workload, load_workload
+from layersched.runtime.workload import Workload, check_layers, load_workload
 
 # autograd nodes that only reshape a parameter on its way to its gradient accumulator
 _VIEWS = {
@@ -455,6 +455,7 @@ def profile(
     w = load_workload(model, microbatch_size=microbatch, **(model_options or {}))
     x, y = w.batches(0, 1)[0]
     units = Workload(w.units(sublayers=True), w.loss_fn, w.batches, w.name)  # sub-layers timed one by one
+    check_layers(units)
     flat = _with_threads(
         threads,
         lambda: profile_layers(

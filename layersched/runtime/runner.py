@@ -41,7 +41,7 @@ import torch.distributed as dist
 from torch import nn
 
 from layersched.runtime.plan import Plan, PlanError, Step, assign_layers, plan_schedule
-from layersched.runtime.workload import Workload, load_workload
+from layersched.runtime.workload import Workload, check_layers, load_workload
 
 
 @dataclass(frozen=True)
@@ -131,6 +131,7 @@ def prepare(cfg: RunConfig, world_size: int) -> Prepared:
     workload = load_workload(cfg.model, **cfg.model_options)
     names, stage_layers = workload.stage_units(p.stage_layers)
     units = dict(workload.units(sublayers=names != workload.layer_names))
+    check_layers(workload, list(units.items()))
     assigned = assign_layers(p.num_stages, stage_layers, names)
     check_shared_parameters(assigned, units)
     check_training(cfg)

@@ -134,6 +134,55 @@ def load_workload(spec: str | Callable, **options) -> Workload:
     return Workload(named_layers(built.layers), built.loss_fn, built.batches, getattr(built, "name", str(label)))
 
 
+def check_layers(workload: Workload, units: list[tuple[str, nn.Module]] | None = None) -> None:
+    """The layer contract, checked on one micro-batch on the meta device (no memory, no compute):
+    each layer (or sub-layer, ``units``) takes one tensor and returns one tensor, the next one takes
+    it, and the loss takes the last one with the target. `PlanError` naming the layer and the fix
+    (a layer whose operations have no meta kernel is not checked further)."""
+    from torch.func import functional_call
+
+    units = workload.layers if units is None else units
+    x, target = workload.batches(0, 1)[0]
+    h, prev = x.to("meta"), "the input"
+    for name, layer in units:
+        try:
+            with torch.no_grad():
+                tensors = {n: t.to("meta") for n, t in (*layer.named_parameters(), *layer.named_buffers())}
+                out = functional_call(layer, tensors, (h,))  # the layer's weights stay where they are
+        except NotImplementedError:
+            return  # no meta kernel: the run itself will tell
+        except Exception as exc:
+            raise PlanError(
+                f"layer {name!r} fails on {prev} (shape {tuple(h.shape)}, {h.dtype}): {type(exc).__name__}: "
+                f"{str(exc).splitlines()[0][:200]}; a layer takes the previous layer's output tensor"
+            ) from None
+        if isinstance(out, tuple | list):
+            raise PlanError(
+                f"layer {name!r} returns a {type(out).__name__} of {len(out)}, not a tensor; a layer returns the one "
+                "tensor the next layer takes: wrap it, e.g. a module whose forward returns block(x)[0] "
+                "(Hugging Face blocks return (hidden_states, ...))"
+            )
+        if not isinstance(out, torch.Tensor):
+            raise PlanError(
+                f"layer {name!r} returns {type(out).__name__}, not a tensor; a layer returns the one tensor the next "
+                "layer takes (for a dict output, e.g. out['last_hidden_state'])"
+            )
+        h, prev = out, f"the output of {name!r}"
+    try:
+        with torch.no_grad():
+            loss = workload.loss_fn(h, target.to("meta"))
+    except NotImplementedError:
+        return
+    except Exception as exc:
+        raise PlanError(
+            f"loss_fn fails on the output of the last layer {units[-1][0]!r} (shape {tuple(h.shape)}) and the target "
+            f"(shape {tuple(target.shape)}): {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+        ) from None
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+        what = type(loss).__name__ if not isinstance(loss, torch.Tensor) else f"a tensor of shape {tuple(loss.shape)}"
+        raise PlanError(f"loss_fn returns {what}; it must return one number (a tensor with one element), e.g. a mean")
+
+
 def _dtype(value):
     """A ``"torch.bfloat16"``-like text (from ``--model-arg dtype=torch.bfloat16``) as the dtype;
     anything else as it is."""
