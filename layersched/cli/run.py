@@ -80,6 +80,16 @@ def parser() -> argparse.ArgumentParser:
         help="clip the gradients' norm over all stages to MAX before each step (as torch.nn.utils.clip_grad_norm_)",
     )
     p.add_argument(
+        "--precision",
+        choices=["fp32", "bf16", "fp16"],
+        default="fp32",
+        help="autocast the forward passes to bf16 or fp16 (fp16 with a dynamic loss scale, as torch.amp.GradScaler; "
+        "a step with an inf/NaN gradient on any rank is skipped everywhere); default fp32",
+    )
+    p.add_argument(
+        "--loss-scale", type=positive_float, default=2.0**16, metavar="S", help="fp16: the starting loss scale"
+    )
+    p.add_argument(
         "--checkpoint",
         metavar="DIR",
         help="save parameters, optimizer and schedule state at the end into DIR, a torch.distributed.checkpoint "
@@ -175,6 +185,8 @@ def _run(args) -> int:
         checkpoint=args.checkpoint,
         checkpoint_every=args.checkpoint_every,
         resume=args.resume,
+        precision=args.precision,
+        loss_scale=args.loss_scale,
     )
     if "RANK" in os.environ:
         from layersched.runtime.launch import run_under_torchrun

@@ -7,6 +7,7 @@ Every rank saves its own stages, together, into one DCP checkpoint directory:
   stage's layers);
 - ``stage{s}.schedule``: the learning-rate schedule's state, where there is one;
 - ``rng.rank{r}``: each process's random-number state (dropout draws the same numbers again);
+- ``amp.scaler``: fp16's loss scale and its count of clean steps;
 - ``run``: the step reached and what must match to resume (stage layers, ranks, replicas, the
   optimizer and schedule names).
 
@@ -57,6 +58,7 @@ def identity(cfg, stage_layers: list[list[str]]) -> dict:
         "data_parallel": p.data_parallel,
         "optimizer": cfg.optimizer.lower(),
         "lr_schedule": (cfg.lr_schedule or "").lower(),
+        "precision": cfg.precision,
     }
 
 
@@ -88,6 +90,8 @@ def _state(ex, step: int) -> dict:
         "run": {"step": step, **identity(ex.cfg, ex.stage_layers)},
         f"rng.rank{ex.rank}": torch.get_rng_state(),
     }
+    if ex.scaler is not None:  # fp16's loss scale, the same on every rank
+        state["amp.scaler"] = {"scale": ex.scaler.scale, "tracker": ex.scaler.tracker}
     for s, st in ex.stages.items():
         mod = _module(st)
         state[f"stage{s}.model"] = get_model_state_dict(mod)
@@ -120,6 +124,8 @@ def load(ex, path: str | os.PathLike) -> int:
     dcp.load(state, checkpoint_id=str(path))  # checked by `check_resume` before the processes started
     saved = state["run"]
     torch.set_rng_state(state[f"rng.rank{ex.rank}"])
+    if ex.scaler is not None:
+        ex.scaler.scale, ex.scaler.tracker = state["amp.scaler"]["scale"], state["amp.scaler"]["tracker"]
     for s, st in ex.stages.items():
         mod = _module(st)
         set_model_state_dict(mod, state[f"stage{s}.model"])

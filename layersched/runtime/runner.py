@@ -71,6 +71,8 @@ class RunConfig:
     checkpoint: str | None = None  # a DCP checkpoint directory written at the end (see `checkpoint`)
     checkpoint_every: int | None = None  # and after every this many steps
     resume: str | None = None  # a DCP checkpoint directory to start from, at its step
+    precision: str = "fp32"  # fp32, or autocast to bf16 / fp16 (fp16 with a dynamic loss scale)
+    loss_scale: float = 2.0**16  # fp16: the loss scale to start from (torch's GradScaler's default)
 
     @property
     def world_size(self) -> int:
@@ -215,6 +217,14 @@ def check_training(cfg: RunConfig) -> None:
     if cfg.clip_grad_norm is not None and not (0 < cfg.clip_grad_norm < math.inf):
         raise PlanError(f"--clip-grad-norm: expected a finite number above 0, got {cfg.clip_grad_norm}")
     check_checkpointing(cfg)
+    if cfg.precision not in AUTOCAST:
+        raise PlanError(f"--precision {cfg.precision!r}: valid: {', '.join(AUTOCAST)}")
+    if cfg.precision != "fp32" and cfg.runtime != "layersched":
+        raise PlanError(
+            f"--precision {cfg.precision} needs runtime 'layersched' (torch's executor runs its own forward)"
+        )
+    if not (0 < cfg.loss_scale < math.inf):
+        raise PlanError(f"--loss-scale: expected a finite number above 0, got {cfg.loss_scale}")
     probe = [torch.zeros(1, requires_grad=True)]
     try:
         opt = make_optimizer(probe, cfg)
@@ -227,6 +237,40 @@ def check_training(cfg: RunConfig) -> None:
     except (TypeError, ValueError, KeyError) as exc:
         what = f"--optimizer {cfg.optimizer}" + (f" / --lr-schedule {cfg.lr_schedule}" if cfg.lr_schedule else "")
         raise PlanError(f"{what}: {exc}") from None
+
+
+AUTOCAST = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+"""``--precision`` names: the dtype the forward passes autocast to (None: none)."""
+
+
+class LossScaler:
+    """fp16's dynamic loss scale, as ``torch.amp.GradScaler`` keeps it, agreed by every process: the
+    loss is multiplied by ``scale`` before the backward passes; before the step the gradients are
+    multiplied by ``1/scale`` and checked for inf/NaN on every rank (one all-reduce), and a step with
+    any is skipped everywhere and halves the scale; 2000 clean steps in a row double it."""
+
+    def __init__(self, scale: float, growth: float = 2.0, backoff: float = 0.5, interval: int = 2000):
+        self.scale, self.growth, self.backoff, self.interval, self.tracker = float(scale), growth, backoff, interval, 0
+
+    def unscale(self, params: list[torch.Tensor], device: torch.device, group=None) -> bool:
+        """Unscale the gradients of ``params``; whether any gradient of any rank in ``group`` (None:
+        all processes; no group when alone) is not finite."""
+        grads = [p.grad for p in params if p.grad is not None]
+        found = torch.zeros(1, dtype=torch.float32, device=device)
+        inv = torch.full((1,), 1.0 / self.scale, dtype=torch.float32, device=device)
+        if grads:
+            torch._amp_foreach_non_finite_check_and_unscale_(grads, found, inv)
+        if dist.is_available() and dist.is_initialized():
+            dist.all_reduce(found, op=dist.ReduceOp.MAX, group=group)
+        return bool(found.item())
+
+    def update(self, found_inf: bool) -> None:
+        if found_inf:
+            self.scale, self.tracker = self.scale * self.backoff, 0
+        else:
+            self.tracker += 1
+            if self.tracker == self.interval:
+                self.scale, self.tracker = self.scale * self.growth, 0
 
 
 def check_checkpointing(cfg: RunConfig) -> None:
@@ -256,25 +300,37 @@ def train_reference(
     lr_schedule: str | None = None,
     lr_schedule_args: dict | None = None,
     clip_grad_norm: float | None = None,
+    precision: str = "fp32",
+    loss_scale: float = 2.0**16,
 ) -> tuple[dict[str, torch.Tensor], list[float]]:
     """Train ``model`` in one process on the same micro-batches a run uses (all replicas'),
     with the loss averaged over them and the same ``torch.optim`` optimizer (SGD with momentum by
-    default) and learning-rate schedule: the parameters and per-step losses a run must reproduce."""
+    default) and learning-rate schedule: the parameters and per-step losses a run must reproduce.
+    ``precision`` bf16/fp16 autocasts the forward; fp16 scales the loss with ``torch.amp.GradScaler``."""
     w = load_workload(model, **(model_options or {}))
     net = nn.Sequential(*(m for _, m in w.layers))
     opt = _torch_optimizer(net.parameters(), optimizer, lr, momentum, optimizer_args or {})
     sched = _torch_schedule(opt, lr_schedule, lr_schedule_args or {})
+    amp = AUTOCAST[precision]
+    scaler = torch.amp.GradScaler("cpu", init_scale=loss_scale) if precision == "fp16" else None
     losses = []
     for step in range(steps):
         opt.zero_grad(set_to_none=True)
         total = 0.0
         for x, y in w.batches(step, num_microbatches):
-            loss = w.loss_fn(net(x), y) / num_microbatches
-            loss.backward()
+            with torch.autocast("cpu", dtype=amp, enabled=amp is not None):
+                loss = w.loss_fn(net(x), y) / num_microbatches
+            (scaler.scale(loss) if scaler is not None else loss).backward()
             total += loss.item()
+        if scaler is not None:
+            scaler.unscale_(opt)
         if clip_grad_norm is not None:
             torch.nn.utils.clip_grad_norm_(net.parameters(), clip_grad_norm)
-        opt.step()
+        if scaler is not None:
+            scaler.step(opt)
+            scaler.update()
+        else:
+            opt.step()
         if sched is not None:
             sched.step()
         losses.append(total)
@@ -319,6 +375,8 @@ def check_against_reference(cfg: RunConfig, results: list[RankResult], rtol: flo
         lr_schedule=cfg.lr_schedule,
         lr_schedule_args=cfg.lr_schedule_args,
         clip_grad_norm=cfg.clip_grad_norm,
+        precision=cfg.precision,
+        loss_scale=cfg.loss_scale,
     )
     ok, worst, where = True, 0.0, ""
     for r in results:
@@ -580,22 +638,45 @@ class Executor:
             self.pipe_group = pipes[self.replica]
         self.pairs = pair_groups(plan, self.D)
         self.stage_layers = prep.stage_layers
+        self.amp = AUTOCAST[cfg.precision]
+        self.scaler = LossScaler(cfg.loss_scale) if cfg.precision == "fp16" else None
         self._shapes: dict[tuple, list[tuple[torch.Size, torch.dtype]]] = {}
         self.timer = Timer(device, cfg.trace, clock_offset(device) if cfg.trace else 0.0)
 
     def boundary_specs(self, x: torch.Tensor) -> list[tuple[torch.Size, torch.dtype]]:
         """Shape and dtype of every stage's output for a micro-batch input like ``x`` (a forward
-        on the meta device, once per input shape)."""
+        on the meta device, once per input shape). With autocast (bf16/fp16) the dtypes depend on
+        which operations autocast lowers on this device: the forward then runs on fake tensors of
+        this device (shapes and dtypes, no memory, no compute) under the same autocast."""
         key = (tuple(x.shape), x.dtype)
         if key not in self._shapes:
-            h, specs = x.to("meta"), []
-            with torch.no_grad():
-                for layers in self.meta_stages:
-                    for layer in layers:
-                        h = layer(h)
-                    specs.append((h.shape, h.dtype))
+            if self.amp is None:
+                h, specs = x.to("meta"), []
+                with torch.no_grad():
+                    for layers in self.meta_stages:
+                        for layer in layers:
+                            h = layer(h)
+                        specs.append((h.shape, h.dtype))
+            else:
+                specs = self._autocast_specs(x)
             self._shapes[key] = specs
         return self._shapes[key]
+
+    def _autocast_specs(self, x: torch.Tensor) -> list[tuple[torch.Size, torch.dtype]]:
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        from torch.func import functional_call
+
+        dev, specs = self.device, []
+        with FakeTensorMode(), torch.no_grad():
+            h = torch.empty(x.shape, dtype=x.dtype, device=dev)
+            for layers in self.meta_stages:
+                for layer in layers:
+                    named = (*layer.named_parameters(), *layer.named_buffers())
+                    tensors = {n: torch.empty(t.shape, dtype=t.dtype, device=dev) for n, t in named}
+                    with torch.autocast(dev.type, dtype=self.amp):
+                        h = functional_call(layer, tensors, (h,))
+                specs.append((h.shape, h.dtype))
+        return specs
 
     def run(self) -> RankResult:
         losses: list[float] = []
@@ -661,6 +742,7 @@ class Executor:
     def train_step(self, step: int, mbs: list[tuple[torch.Tensor, torch.Tensor]], specs: list) -> float:
         """One iteration on this replica's micro-batches ``mbs``, whose stage outputs have the
         shapes ``specs``; returns the replica's loss (on the last stage's rank)."""
+        self.loss_scale_used = self.scaler.scale if self.scaler is not None else 1.0
         for st in self.stages.values():
             for p in st.parameters():
                 p.grad = None
@@ -695,30 +777,37 @@ class Executor:
                 sends.append((dist.isend(out, dst=dst, group=self._channel(self.rank, dst), tag=st.send.tag), out))
             if st.reduce and self.group is not None and st.stage in self.optimizers:
                 reduces[st.stage] = self._start_reduce(st.stage)
-        clip = self.cfg.clip_grad_norm
+        clip, scaler = self.cfg.clip_grad_norm, self.scaler
+        skip = False  # fp16: a gradient somewhere is inf/NaN, so no rank steps its optimizer
 
         def update(s: int) -> None:
             with timer.span(f"{s}U", step):
-                self.optimizers[s].step()
+                if not skip:
+                    self.optimizers[s].step()
                 if self.schedules[s] is not None:
                     self.schedules[s].step()
 
+        together = clip is not None or scaler is not None  # every stage's gradients first, then the steps
         for s in sorted(self.optimizers):
             self.stages[s].sync()  # the gradients the optimizer reads are complete
             if s in reduces:
                 with timer.span(f"{s}R", step, wait=True):
                     self._finish_reduce(s, *reduces[s])
-            if clip is None:
+            if not together:
                 update(s)
-        if clip is not None:  # the norm needs every stage's gradients, on every pipeline rank
+        if together:
             mine = [p for s in sorted(self.optimizers) for p in self.stages[s].parameters()]
-            clip_gradients(mine, clip, self.pipe_group)
+            if scaler is not None:  # every process takes part, with or without parameters
+                skip = scaler.unscale(mine, self.device)
+                scaler.update(skip)
+            if clip is not None and not skip:  # the norm needs every stage's gradients, on every pipeline rank
+                clip_gradients(mine, clip, self.pipe_group)
             for s in sorted(self.optimizers):
                 update(s)
         for work, _ in sends:
             work.wait()
         timer.end_step()
-        return float(loss_total)
+        return float(loss_total) / self.loss_scale_used
 
     def _compute(self, st: Step, data: torch.Tensor | None, local: dict, mbs: list) -> torch.Tensor | None:
         """Run one action; its input comes from ``data`` (received), the batch or a stage on this
@@ -729,7 +818,8 @@ class Executor:
                 x = mbs[mb][0]
             else:
                 x = (data if data is not None else local.pop(("act", s - 1, mb))).requires_grad_()
-            out = stage.forward(mb, x, self.workload.loss_fn, mbs[mb][1], 1.0 / self.M)
+            with torch.autocast(self.device.type, dtype=self.amp, enabled=self.amp is not None):
+                out = stage.forward(mb, x, self.workload.loss_fn, mbs[mb][1], self.loss_scale_used / self.M)
             if not stage.is_last and st.send is None:
                 local[("act", s, mb)] = out
             return out

@@ -89,3 +89,19 @@ def test_the_run_command_saves_and_resumes(tmp_path, capsys):
     assert run_main([*args, "--resume", ckpt, "--check"]) == 0
     out = capsys.readouterr().out
     assert "\n    1 " in out and "rtol 1e-5: pass" in out  # step 1 (the second), checked against 2 steps
+
+
+def test_fp16_resume_keeps_the_loss_scale(tmp_path):
+    """The loss scale backs off on overflow; a resumed fp16 run starts from the saved scale, so it
+    continues exactly (from 2^60 the first steps are skipped; the scale then halves)."""
+    doc = schedule_file(solve_pipeline(stage_pipe(2, 4), schedule="1f1b"))
+    amp = {"trace": False, "precision": "fp16", "loss_scale": 2.0**20, "model_options": {"dtype": torch.float32}}
+    ckpt = tmp_path / "c"
+    straight, _ = launch_jobs(
+        [RunConfig(doc, MLP, steps=3, **amp), RunConfig(doc, MLP, steps=1, checkpoint=str(ckpt), **amp)], timeout=300
+    )
+    (resumed,) = launch_jobs([RunConfig(doc, MLP, steps=2, resume=str(ckpt), **amp)], timeout=300)
+    by_rank = {r.rank: r for r in straight}
+    for r in resumed:
+        for name, value in r.params.items():
+            assert torch.equal(value, by_rank[r.rank].params[name]), name
