@@ -106,6 +106,7 @@ class Prepared:
     workload: Workload
     stage_layers: list[list[str]]
     modules: dict[str, nn.Module] | None = None  # the units stage_layers names (layers or sub-layers)
+    tied: list = field(default_factory=list)  # parameters stages share (`shared_parameters`)
 
     def __post_init__(self) -> None:
         if self.modules is None:
@@ -135,7 +136,7 @@ def prepare(cfg: RunConfig, world_size: int) -> Prepared:
     units = dict(workload.units(sublayers=names != workload.layer_names))
     check_layers(workload, list(units.items()))
     assigned = assign_layers(p.num_stages, stage_layers, names)
-    check_shared_parameters(assigned, units)
+    tied = check_shared_parameters(assigned, units, cfg.runtime)
     check_training(cfg)
     if cfg.resume:
         from layersched.runtime.checkpoint import CheckpointError, check_resume
@@ -144,24 +145,36 @@ def prepare(cfg: RunConfig, world_size: int) -> Prepared:
             check_resume(cfg, assigned)
         except CheckpointError as exc:
             raise PlanError(f"--resume {exc}") from None
-    return Prepared(plan, workload, assigned, units)
+    return Prepared(plan, workload, assigned, units, tied)
 
 
-def check_shared_parameters(stage_layers: list[list[str]], modules: dict[str, nn.Module]) -> None:
-    """`PlanError` naming the parameter and the stages when one parameter (a tied embedding and
-    output head, say) belongs to layers of different stages: each stage would keep and update its own
-    copy, and the run would silently drift from the model. Sharing within one stage is fine."""
-    owner: dict[int, tuple[int, str]] = {}
+def shared_parameters(stage_layers: list[list[str]], modules: dict[str, nn.Module]) -> list[list[tuple[int, str, str]]]:
+    """Parameters that layers of different stages share (a tied embedding and output head, say): per
+    parameter, each stage holding it as ``(stage, layer, parameter name in the layer)``, lowest first."""
+    seen: dict[int, list[tuple[int, str, str]]] = {}
     for s, names in enumerate(stage_layers):
         for layer in names:
             for pname, param in modules[layer].named_parameters(remove_duplicate=False):
-                first = owner.setdefault(id(param), (s, f"{layer}.{pname}"))
-                if first[0] != s:
-                    raise PlanError(
-                        f"parameter {first[1]} of stage {first[0]} is shared with {layer}.{pname} of stage {s} "
-                        "(tied weights); the runner keeps one copy per stage and would train them apart: put "
-                        "both layers in one stage, or untie them"
-                    )
+                holders = seen.setdefault(id(param), [])
+                if all(t != s for t, _, _ in holders):
+                    holders.append((s, layer, pname))
+    return [h for h in seen.values() if len(h) > 1]
+
+
+def check_shared_parameters(stage_layers: list[list[str]], modules: dict[str, nn.Module], runtime: str) -> list:
+    """The parameters stages share (`shared_parameters`). Our runtime keeps them in step as Megatron
+    does its tied embeddings: each rank holding one keeps a copy, their gradients are summed over
+    those ranks before the step, and every copy takes the same step. torch's runtime cannot: there
+    a shared parameter is `PlanError` naming it and its stages."""
+    tied = shared_parameters(stage_layers, modules)
+    if tied and runtime != "layersched":
+        (s0, l0, p0), (s1, l1, p1) = tied[0][:2]
+        raise PlanError(
+            f"parameter {l0}.{p0} of stage {s0} is shared with {l1}.{p1} of stage {s1} (tied weights); torch's runtime "
+            "keeps one copy per stage and would train them apart: use runtime layersched (it keeps the copies in "
+            "step), put both layers in one stage, or untie them"
+        )
+    return tied
 
 
 def param_name(layer: str, name: str) -> str:
@@ -338,11 +351,13 @@ def train_reference(
     return params, losses
 
 
-def clip_gradients(params: list[torch.Tensor], max_norm: float, group=None) -> float:
+def clip_gradients(params: list[torch.Tensor], max_norm: float, group=None, also: list | None = None) -> float:
     """Scale the gradients of ``params`` so that the norm over every stage of the model is at most
     ``max_norm``, as ``torch.nn.utils.clip_grad_norm_`` does on the whole model: the squares are
     summed here, all-reduced over ``group`` (the pipeline ranks of one replica; None: this process
-    holds the whole model) and the same factor applied everywhere. Returns the norm before."""
+    holds the whole model) and the same factor applied everywhere, also to ``also`` (copies of
+    shared parameters another rank counts). Returns the norm before."""
+    scaled = [p.grad for p in [*params, *(also or [])] if p.grad is not None]
     grads = [p.grad for p in params if p.grad is not None]
     device = grads[0].device if grads else torch.device("cpu")
     total = torch.zeros((), dtype=torch.float64, device=device)
@@ -352,8 +367,8 @@ def clip_gradients(params: list[torch.Tensor], max_norm: float, group=None) -> f
         dist.all_reduce(total, group=group)
     norm = float(total.sqrt())
     coef = min(1.0, max_norm / (norm + 1e-6))
-    if grads:
-        torch._foreach_mul_(grads, coef)
+    if scaled:
+        torch._foreach_mul_(scaled, coef)
     return norm
 
 
@@ -616,11 +631,14 @@ class Executor:
         mine = set(plan.ranks[self.pr].stages)
         self.stages: dict[int, Stage] = {}
         meta: list[nn.Module] = []
+        local = {id(p) for s in mine for n in prep.stage_layers[s] for p in modules[n].parameters()}
         for s, names in enumerate(prep.stage_layers):
             for name in names:
                 if s in mine:
                     meta.append(copy.deepcopy(modules[name]).to("meta"))
                     modules[name].to(device)
+                elif any(id(p) in local for p in modules[name].parameters()):  # shares a tensor with ours
+                    meta.append(copy.deepcopy(modules[name]).to("meta"))
                 else:  # another rank's layer: only its shapes matter here
                     meta.append(modules[name].to("meta"))
         self.meta_stages = _split(meta, [len(n) for n in prep.stage_layers])
@@ -628,7 +646,8 @@ class Executor:
         for s in sorted(mine):
             layers = [(n, modules[n]) for n in prep.stage_layers[s]]
             self.stages[s] = stage_type(s, layers, s == 0, s == self.S - 1)
-        self.optimizers = {s: make_optimizer(st.parameters(), cfg) for s, st in self.stages.items() if st.parameters()}
+        self._tie(prep.tied, mine, modules)
+        self.optimizers = {s: make_optimizer(ps, cfg) for s, ps in self.owned.items() if ps}
         self.schedules = {s: make_schedule(opt, cfg) for s, opt in self.optimizers.items()}
         self.group = replica_groups(self.R, self.D)[self.pr] if self.D > 1 else None
         self.cfg = cfg
@@ -787,7 +806,8 @@ class Executor:
                 if self.schedules[s] is not None:
                     self.schedules[s].step()
 
-        together = clip is not None or scaler is not None  # every stage's gradients first, then the steps
+        # every stage's gradients first, then the steps: for the scale, the norm, or a shared parameter
+        together = clip is not None or scaler is not None or bool(self.tied)
         for s in sorted(self.optimizers):
             self.stages[s].sync()  # the gradients the optimizer reads are complete
             if s in reduces:
@@ -796,12 +816,16 @@ class Executor:
             if not together:
                 update(s)
         if together:
-            mine = [p for s in sorted(self.optimizers) for p in self.stages[s].parameters()]
+            for st in self.stages.values():
+                st.sync()
+            self._sync_tied()
+            mine = [p for s in sorted(self.optimizers) for p in self.owned[s]]  # each tensor once
             if scaler is not None:  # every process takes part, with or without parameters
                 skip = scaler.unscale(mine, self.device)
                 scaler.update(skip)
             if clip is not None and not skip:  # the norm needs every stage's gradients, on every pipeline rank
-                clip_gradients(mine, clip, self.pipe_group)
+                counted = [p for p in mine if id(p) not in self.not_counted]
+                clip_gradients(counted, clip, self.pipe_group, also=[p for p in mine if id(p) in self.not_counted])
             for s in sorted(self.optimizers):
                 update(s)
         for work, _ in sends:
@@ -832,17 +856,53 @@ class Executor:
             local[("grad", s - 1, mb)] = out
         return out
 
+    def _tie(self, tied: list, mine: set[int], modules: dict[str, nn.Module]) -> None:
+        """Who updates what: each stage of this rank steps the parameters it holds that no lower stage
+        of this rank holds (``owned``); a parameter stages share (``tied``) is left out of the
+        per-stage gradient reductions and summed at the end over the processes holding a copy, in one
+        group per shared parameter (every process creates every group, in the same order)."""
+        claimed: set[int] = set()
+        self.owned: dict[int, list[torch.Tensor]] = {}
+        for s in sorted(mine):
+            self.owned[s] = [p for p in self.stages[s].parameters() if id(p) not in claimed]
+            claimed.update(id(p) for p in self.owned[s])
+        rank_of = self.plan.stage_to_rank
+        self.tied: list[tuple[torch.Tensor, object]] = []  # this rank's copy and its group (None: alone)
+        self.not_counted: set[int] = set()  # copies whose square another rank adds to the gradients' norm
+        for holders in tied:
+            ranks = sorted({rank_of[s] for s, _, _ in holders})
+            members = sorted(d * self.R + r for d in range(self.D) for r in ranks)
+            group = dist.new_group(members) if len(members) > 1 else None
+            here = [(layer, pname) for s, layer, pname in holders if s in mine]
+            if not here:
+                continue
+            tensor = modules[here[0][0]].get_parameter(here[0][1])
+            self.tied.append((tensor, group))
+            if rank_of[holders[0][0]] != self.pr:
+                self.not_counted.add(id(tensor))
+        self.tied_ids = {id(t) for t, _ in self.tied}
+
+    def _sync_tied(self) -> None:
+        """Sum each shared parameter's gradient over every copy (all replicas too, then the replicas'
+        mean), so that every copy takes the same step as the one tensor of the single-process model."""
+        for tensor, group in self.tied:
+            grad = tensor.grad if tensor.grad is not None else torch.zeros_like(tensor)
+            if group is not None:
+                dist.all_reduce(grad, group=group)
+            tensor.grad = grad / self.D if self.D > 1 else grad
+
     def _start_reduce(self, s: int) -> tuple[object, torch.Tensor]:
         self.stages[s].sync()
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.stages[s].parameters()]
-        flat = torch.cat([g.reshape(-1) for g in grads])
+        params = [p for p in self.owned[s] if id(p) not in self.tied_ids]
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        flat = torch.cat([g.reshape(-1) for g in grads]) if grads else torch.zeros(0, device=self.device)
         return dist.all_reduce(flat, group=self.group, async_op=True), flat
 
     def _finish_reduce(self, s: int, work, flat: torch.Tensor) -> None:
         work.wait()
         flat /= self.D
         k = 0
-        for p in self.stages[s].parameters():
+        for p in (p for p in self.owned[s] if id(p) not in self.tied_ids):
             n = p.numel()
             p.grad = flat[k : k + n].view_as(p).clone()
             k += n

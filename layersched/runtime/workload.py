@@ -138,8 +138,10 @@ def check_layers(workload: Workload, units: list[tuple[str, nn.Module]] | None =
     """The layer contract, checked on one micro-batch on the meta device (no memory, no compute):
     each layer (or sub-layer, ``units``) takes one tensor and returns one tensor, the next one takes
     it, and the loss takes the last one with the target. `PlanError` naming the layer and the fix
-    (a layer whose operations have no meta kernel is not checked further)."""
-    from torch.func import functional_call
+    (a layer whose operations have no meta kernel is not checked further). Each layer runs as a copy
+    whose tensors are meta tensors, so whatever its forward changes (counters, running statistics)
+    changes the copy, not the model."""
+    import copy
 
     units = workload.layers if units is None else units
     x, target = workload.batches(0, 1)[0]
@@ -147,8 +149,8 @@ def check_layers(workload: Workload, units: list[tuple[str, nn.Module]] | None =
     for name, layer in units:
         try:
             with torch.no_grad():
-                tensors = {n: t.to("meta") for n, t in (*layer.named_parameters(), *layer.named_buffers())}
-                out = functional_call(layer, tensors, (h,))  # the layer's weights stay where they are
+                memo = {id(t): _meta(t) for t in (*layer.parameters(), *layer.buffers())}  # no storage copied
+                out = copy.deepcopy(layer, memo)(h)
         except NotImplementedError:
             return  # no meta kernel: the run itself will tell
         except Exception as exc:
@@ -181,6 +183,11 @@ def check_layers(workload: Workload, units: list[tuple[str, nn.Module]] | None =
     if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
         what = type(loss).__name__ if not isinstance(loss, torch.Tensor) else f"a tensor of shape {tuple(loss.shape)}"
         raise PlanError(f"loss_fn returns {what}; it must return one number (a tensor with one element), e.g. a mean")
+
+
+def _meta(t: torch.Tensor) -> torch.Tensor:
+    m = t.detach().to("meta")
+    return nn.Parameter(m, requires_grad=t.requires_grad) if isinstance(t, nn.Parameter) else m
 
 
 def _dtype(value):

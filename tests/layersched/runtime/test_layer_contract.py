@@ -76,3 +76,19 @@ def test_profile_of_a_broken_model_is_one_line(tmp_path, capsys):
     code = main(["profile", f"{model}:build", "--microbatch", "2", "--out", out, "--link", "estimate"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "layer '1' returns a tuple of 2" in err[0], err
+
+
+def test_the_check_changes_nothing_in_the_model():
+    class Counts(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.calls = 0
+
+        def forward(self, x):
+            self.calls += 1
+            return x
+
+    bn, counter = nn.BatchNorm1d(4), Counts()
+    w = workload(nn.Linear(4, 4), bn, counter)
+    check_layers(w)
+    assert counter.calls == 0 and int(bn.num_batches_tracked) == 0 and torch.equal(bn.running_mean, torch.zeros(4))

@@ -52,7 +52,7 @@ def test_a_unit_the_model_lacks_is_one_line_before_any_process():
         prepare(RunConfig(doc, GPT), 2)
 
 
-def test_tied_weights_across_stages_are_refused_with_the_parameter_and_the_stages():
+def test_tied_weights_across_stages_are_refused_by_torchs_runtime():
     from dataclasses import replace
 
     from tests.layersched.runtime.test_runner import BROKEN, stage_pipe
@@ -61,11 +61,40 @@ def test_tied_weights_across_stages_are_refused_with_the_parameter_and_the_stage
     apart = [["embed", "block0", "block1"], ["block2", "block3", "head"]]
     doc = schedule_file(solve_pipeline(replace(stage_pipe(2, 4), stage_layers=apart), schedule="1f1b"))
     with pytest.raises(PlanError, match=r"parameter embed.tokens.weight of stage 0 is shared with head.out.weight "
-                                        r"of stage 1 \(tied weights\)"):  # fmt: skip
-        prepare(RunConfig(doc, tied), 2)
-    together = [["embed", "block0", "block1", "block2", "block3", "head"]]
-    doc = schedule_file(solve_pipeline(replace(stage_pipe(1, 2), stage_layers=together), schedule="1f1b"))
-    prepare(RunConfig(doc, tied), 1)  # one stage holds both: nothing to keep in step
+                                        r"of stage 1 \(tied weights\); torch's runtime"):  # fmt: skip
+        prepare(RunConfig(doc, tied, runtime="torch"), 2)
+    assert len(prepare(RunConfig(doc, tied), 2).tied) == 1  # ours keeps the copies in step (next test)
+
+
+@pytest.mark.parametrize(
+    "ranks,replicas,placement,clip",
+    [(2, 1, None, None), (2, 2, None, 0.5), (2, 1, "v", 0.5), (3, 1, None, 0.5)],
+)
+def test_weights_tied_across_stages_train_as_the_reference(ranks, replicas, placement, clip):
+    """GPT-2's tie (token embedding = output projection) split over stages: every rank holding a copy
+    sums its gradient with the others' before the step (Megatron's rule), also over replicas, with the
+    gradients' norm counting it once; with a V the tied stages share one rank and one tensor."""
+    from dataclasses import replace
+
+    from layersched.runtime.launch import launch_jobs
+    from layersched.runtime.runner import train_reference
+    from tests.layersched.runtime.test_runner import BROKEN, stage_pipe
+
+    tied = f"{BROKEN}:tied_gpt"
+    names = ["embed", "block0", "block1", "block2", "block3", "head"]
+    per = {2: [names[:2], names[2:3], names[3:4], names[4:]], 3: [names[:2], names[2:4], names[4:]]}
+    layers = per[3] if ranks == 3 else (per[2] if placement == "v" else [names[:3], names[3:]])
+    pipe = stage_pipe(ranks, 4, stages_per_rank=len(layers) // ranks, data_parallel=replicas)
+    template = "zb-v" if placement == "v" else "1f1b"  # zb-v: stages 0 and 3 (embed, head) on rank 0
+    doc = schedule_file(solve_pipeline(replace(pipe, stage_layers=layers), schedule=template))
+    cfg = RunConfig(doc, tied, steps=2, lr=0.05, momentum=0.9, trace=False, clip_grad_norm=clip)
+    [results] = launch_jobs([cfg], timeout=300)
+    ref, _ = train_reference(tied, 4 * replicas, steps=2, lr=0.05, momentum=0.9, clip_grad_norm=clip)
+    for r in results:
+        for name, value in r.params.items():
+            torch.testing.assert_close(value, ref[name], rtol=1e-5, atol=1e-10, msg=name)
+    copies = [r.params[k] for r in results for k in ("embed.tokens.weight", "head.out.weight") if k in r.params]
+    assert len(copies) >= 2 and all(torch.equal(c, copies[0]) for c in copies)  # the copies stayed one
 
 
 def test_weights_tied_within_one_stage_train_as_the_reference():
