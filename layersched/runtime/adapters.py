@@ -110,6 +110,19 @@ def _token_batches(vocab: int, seq: int, microbatch_size: int, seed: int):
     return batches
 
 
+def _built(model_class, config, seed: int, dtype: torch.dtype) -> nn.Module:
+    """The Hugging Face model of ``config`` with the random weights ``seed`` gives, in ``dtype``."""
+    with torch.random.fork_rng(devices=[]):  # leave the caller's random state alone
+        torch.manual_seed(seed)
+        return model_class(config).to(dtype)
+
+
+def _workload(named, model: nn.Module, name: str, vocab: int, seq: int, microbatch_size: int, seed: int) -> Workload:
+    w = Workload(named, causal_lm_loss, _token_batches(vocab, seq, microbatch_size, seed), name=name)
+    w.hf_model = model  # the whole model, to check the layers against
+    return w
+
+
 def hf_gpt2(
     microbatch_size: int = 4,
     layers: int = 4,
@@ -127,16 +140,12 @@ def hf_gpt2(
         n_layer=layers, n_embd=hidden, n_head=heads, vocab_size=vocab, n_positions=seq,
         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, tie_word_embeddings=tie, bos_token_id=0, eos_token_id=0,
     )  # fmt: skip
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = tf.GPT2LMHeadModel(config).to(dtype)
+    model = _built(tf.GPT2LMHeadModel, config, seed, dtype)
     t = model.transformer
     named = [("embed", GPT2Embedding(t.wte, t.wpe))]
     named += [(f"h{i}", GPT2Layer(block)) for i, block in enumerate(t.h)]
     named.append(("head", Head(t.ln_f, model.lm_head)))
-    w = Workload(named, causal_lm_loss, _token_batches(vocab, seq, microbatch_size, seed), name="hf-gpt2")
-    w.hf_model = model  # the whole model, to check the layers against
-    return w
+    return _workload(named, model, "hf-gpt2", vocab, seq, microbatch_size, seed)
 
 
 def hf_llama(
@@ -158,13 +167,9 @@ def hf_llama(
         num_key_value_heads=kv_heads, vocab_size=vocab, max_position_embeddings=seq, tie_word_embeddings=tie,
         attention_dropout=0.0, bos_token_id=0, eos_token_id=0,
     )  # fmt: skip
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = tf.LlamaForCausalLM(config).to(dtype)
+    model = _built(tf.LlamaForCausalLM, config, seed, dtype)
     m = model.model
     named = [("embed", m.embed_tokens)]
     named += [(f"layers{i}", LlamaLayer(block, m.rotary_emb)) for i, block in enumerate(m.layers)]
     named.append(("head", Head(m.norm, model.lm_head)))
-    w = Workload(named, causal_lm_loss, _token_batches(vocab, seq, microbatch_size, seed), name="hf-llama")
-    w.hf_model = model
-    return w
+    return _workload(named, model, "hf-llama", vocab, seq, microbatch_size, seed)

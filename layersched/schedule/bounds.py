@@ -97,9 +97,11 @@ def pipeline_bounds(pipe: Pipeline, stage_to_rank: list[int], objective: str) ->
     F = np.asarray(pipe.forward, dtype=np.int64) + pipe.overhead("F")
     I = np.asarray(pipe.backward_input, dtype=np.int64) + pipe.overhead("I")
     W = np.asarray(pipe.backward_weight, dtype=np.int64) + pipe.overhead("W")
-    if pipe.backward is not None:  # a fused backward may cost less than I + W: bound by the cheaper
-        B = np.asarray(pipe.backward, dtype=np.int64) + pipe.overhead("B")
-        I, W = np.minimum(I, B), np.minimum(I + W, B) - np.minimum(I, B)
+    # a fused backward (its own figure, else I + W with one overhead) may cost less than I + W: bound by
+    # the cheaper, which holds for both backward modes (shorter passes never make the optimum longer)
+    fused = pipe.backward if pipe.backward is not None else pipe.backward_input + pipe.backward_weight
+    B = np.asarray(fused, dtype=np.int64) + pipe.overhead("B")
+    I, W = np.minimum(I, B), np.minimum(I + W, B) - np.minimum(I, B)
     # the transfer after stage s, paid only between ranks
     c = [int(pipe.transfer[s]) if s + 1 < S and rank[s] != rank[s + 1] else 0 for s in range(S)]
     down = np.concatenate([[0], np.cumsum([int(F[s]) + c[s] for s in range(S)])])  # F(0) start -> F(s) start
