@@ -33,11 +33,13 @@ def test_the_layers_are_the_hugging_face_model(build, tie):
     assert (head is embed) == tie
 
 
-CASES = [
-    (GPT2, False, [["embed", "h0", "h1"], ["h2", "h3", "head"]]),
+CASES = [  # the default run trains one of each model; -m slow the other two
+    pytest.param(GPT2, False, [["embed", "h0", "h1"], ["h2", "h3", "head"]], marks=pytest.mark.slow),
     (GPT2, True, [["embed", "h0"], ["h1"], ["h2"], ["h3", "head"]]),  # the tie spans ranks 0 and 3
     (LLAMA, False, [["embed", "layers0", "layers1"], ["layers2", "layers3", "head"]]),
-    (LLAMA, True, [["embed", "layers0"], ["layers1"], ["layers2"], ["layers3", "head"]]),
+    pytest.param(
+        LLAMA, True, [["embed", "layers0"], ["layers1"], ["layers2"], ["layers3", "head"]], marks=pytest.mark.slow
+    ),
 ]
 
 

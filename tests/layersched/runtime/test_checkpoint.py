@@ -23,7 +23,9 @@ TRAINING = {
 }
 
 
-@pytest.mark.parametrize("ranks,replicas,template", [(2, 1, "1f1b-split"), (2, 2, "1f1b")])
+@pytest.mark.parametrize(
+    "ranks,replicas,template", [pytest.param(2, 1, "1f1b-split", marks=pytest.mark.slow), (2, 2, "1f1b")]
+)
 def test_a_resumed_run_continues_exactly(tmp_path, ranks, replicas, template):
     doc = schedule_file(solve_pipeline(stage_pipe(ranks, 4, data_parallel=replicas), schedule=template))
     ckpt = tmp_path / "ckpt"
@@ -46,6 +48,7 @@ def test_a_resumed_run_continues_exactly(tmp_path, ranks, replicas, template):
     assert any(not torch.equal(v, half[r.rank].params[k]) for r in resumed for k, v in r.params.items())
 
 
+@pytest.mark.slow
 def test_checkpoint_every_n_steps_keeps_the_last(tmp_path):
     doc = schedule_file(solve_pipeline(stage_pipe(2, 4), schedule="1f1b"))
     ckpt = tmp_path / "every"
@@ -91,6 +94,7 @@ def test_the_run_command_saves_and_resumes(tmp_path, capsys):
     assert "\n    1 " in out and "rtol 1e-5: pass" in out  # step 1 (the second), checked against 2 steps
 
 
+@pytest.mark.slow
 def test_fp16_resume_keeps_the_loss_scale(tmp_path):
     """The loss scale backs off on overflow; a resumed fp16 run starts from the saved scale, so it
     continues exactly (from 2^60 the first steps are skipped; the scale then halves)."""

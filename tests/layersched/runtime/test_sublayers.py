@@ -68,7 +68,12 @@ def test_tied_weights_across_stages_are_refused_by_torchs_runtime():
 
 @pytest.mark.parametrize(
     "ranks,replicas,placement,clip",
-    [(2, 1, None, None), (2, 2, None, 0.5), (2, 1, "v", 0.5), (3, 1, None, 0.5)],
+    [
+        pytest.param(2, 1, None, None, marks=pytest.mark.slow),
+        (2, 2, None, 0.5),
+        (2, 1, "v", 0.5),
+        pytest.param(3, 1, None, 0.5, marks=pytest.mark.slow),
+    ],
 )
 def test_weights_tied_across_stages_train_as_the_reference(ranks, replicas, placement, clip):
     """GPT-2's tie (token embedding = output projection) split over stages: every rank holding a copy
