@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from layersched.describe.placement import placement
 from layersched.describe.stages import Pipeline
+from layersched.schedule.templates import TemplateError
 
 
 @dataclass(frozen=True)
@@ -39,8 +40,9 @@ TORCH_SCHEDULES = {
 """Our name for each of torch's multi-stage schedules (``torch:<name>`` in a suite)."""
 
 
-class TorchOrderError(ValueError):
-    """torch is missing, or it has no order of that schedule for these sizes; the message says which."""
+class TorchOrderError(TemplateError):
+    """torch is missing, or it has no order of that schedule for these sizes; the message says which
+    (a `TemplateError`: like a template that does not apply)."""
 
 
 def torch_orders(name: str, ranks: int, stages_per_rank: int, microbatches: int) -> list[list[str]]:

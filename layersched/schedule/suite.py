@@ -124,7 +124,7 @@ def run_suite(
 
     ``peers`` maps a method name to a function of the pipeline that gives another tool's schedule
     as (per-rank compute orders, split backward, stage-to-rank), e.g. torch's schedules
-    (`layersched.runtime.torch_orders.peers`); its ``ValueError`` is the reason it does not apply.
+    (`layersched.runtime.torch_orders.peers`); its `TemplateError` is the reason it does not apply.
     Peers are timed and validated like templates. A suite that names a peer not given gets a row
     saying so."""
     from layersched.schedule.solve import solve_orders, solve_pipeline
@@ -166,7 +166,7 @@ def run_suite(
                 )
             else:
                 sol = solve_pipeline(pipe, objective=suite.objective, **kw)
-        except (ValueError, InvalidSchedule, Deadlock, RuntimeError) as exc:
+        except (TemplateError, InvalidSchedule, Deadlock, RuntimeError) as exc:
             row.update(status=f"n/a: {str(exc).splitlines()[0][:80]}", solve_s=round(time.perf_counter() - t0, 2))
             rows.append(row)
             continue
