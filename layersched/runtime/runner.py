@@ -292,10 +292,6 @@ def check_checkpointing(cfg: RunConfig) -> None:
         raise PlanError("--checkpoint and --resume need runtime 'layersched' (torch's executor keeps its own state)")
     if cfg.checkpoint_every is not None and (cfg.checkpoint_every < 1 or not cfg.checkpoint):
         raise PlanError("--checkpoint-every N: N must be at least 1, and --checkpoint DIR says where to write")
-    if cfg.resume and not (Path(cfg.resume) / ".metadata").is_file():
-        raise PlanError(
-            f"--resume {cfg.resume}: not a checkpoint (no .metadata); give a directory written by --checkpoint"
-        )
     if cfg.checkpoint and Path(cfg.checkpoint).exists() and not Path(cfg.checkpoint).is_dir():
         raise PlanError(f"--checkpoint {cfg.checkpoint}: a file is in the way; give a directory")
 
@@ -880,7 +876,9 @@ class Executor:
             self.tied.append((tensor, group))
             if rank_of[holders[0][0]] != self.pr:
                 self.not_counted.add(id(tensor))
-        self.tied_ids = {id(t) for t, _ in self.tied}
+        tied_ids = {id(t) for t, _ in self.tied}
+        # what each stage's data-parallel reduction carries: its own parameters, shared ones apart
+        self.reduced = {s: [p for p in ps if id(p) not in tied_ids] for s, ps in self.owned.items()}
 
     def _sync_tied(self) -> None:
         """Sum each shared parameter's gradient over every copy (all replicas too, then the replicas'
@@ -893,8 +891,7 @@ class Executor:
 
     def _start_reduce(self, s: int) -> tuple[object, torch.Tensor]:
         self.stages[s].sync()
-        params = [p for p in self.owned[s] if id(p) not in self.tied_ids]
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.reduced[s]]
         flat = torch.cat([g.reshape(-1) for g in grads]) if grads else torch.zeros(0, device=self.device)
         return dist.all_reduce(flat, group=self.group, async_op=True), flat
 
@@ -902,7 +899,7 @@ class Executor:
         work.wait()
         flat /= self.D
         k = 0
-        for p in (p for p in self.owned[s] if id(p) not in self.tied_ids):
+        for p in self.reduced[s]:
             n = p.numel()
             p.grad = flat[k : k + n].view_as(p).clone()
             k += n
