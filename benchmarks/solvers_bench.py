@@ -12,6 +12,7 @@ Usage::
     python benchmarks/solvers_bench.py                # p=32 m=1024 pipeline, 1M-task random DAG
     python benchmarks/solvers_bench.py --quick        # 10x smaller
     python benchmarks/solvers_bench.py --cpsat 20     # add CP-SAT rows on p=4, m=16
+    python benchmarks/solvers_bench.py --saga         # against saga's HEFT, CPoP, FCP (pip install anrg-saga)
 """
 
 from __future__ import annotations
@@ -108,6 +109,149 @@ def _print(rows: list[list[str]]) -> None:
         print("  ".join(cells))
 
 
+# -- against saga ----------------------------------------------------------------------------------
+# saga ("Scheduling Algorithms Gathered", pip install anrg-saga; Python 3.12+) is an optional
+# benchmark dependency. Each instance is built once as integers and handed to saga with every
+# processor and link at speed 1, so saga's times are exactly ours (cost = duration, data size =
+# delay, no transfer on one processor); saga's schedules are translated back and pass our validator.
+
+
+def instance(kind: str, n: int, processors: int, seed: int, *, ccr: float = 1.0) -> Problem:
+    """A random DAG of ``n`` tasks: ``layered`` (layers of about sqrt(n) tasks, 1-3 predecessors each
+    in the layer before) or ``erdos`` (Erdos-Renyi: about 2n edges, each from a lower to a higher
+    index, drawn uniformly). Durations 1..20; delays uniform in 0..2*ccr*mean duration, so the
+    communication-to-computation ratio is about ``ccr``."""
+    rng = np.random.default_rng(seed)
+    if kind == "layered":
+        width = max(2, round(n**0.5))
+        layer = np.arange(n) // width
+        later = np.flatnonzero(layer > 0)
+        k = rng.integers(1, 4, size=len(later))
+        dst = np.repeat(later, k)
+        src = (layer[dst] - 1) * width + rng.integers(0, width, size=len(dst))
+    elif kind == "erdos":
+        a, b = rng.integers(0, n, size=(2, 2 * n))
+        keep = a != b
+        src, dst = np.minimum(a, b)[keep], np.maximum(a, b)[keep]
+    else:
+        raise ValueError(f"unknown instance kind {kind!r}; valid: layered, erdos")
+    edges = np.unique(np.stack([src, dst], axis=1), axis=0).reshape(-1, 2)
+    duration = rng.integers(1, 21, size=n)
+    delay = rng.integers(0, int(round(2 * ccr * duration.mean())) + 1, size=len(edges))
+    return Problem(duration=duration, num_processors=processors, edges=edges, delay=delay)
+
+
+def _saga_child(conn, problem_arrays, algorithm: str) -> None:
+    import logging
+
+    logging.disable(logging.WARNING)  # saga warns that it adds a super source and sink
+    from saga import Network, TaskGraph
+    from saga.schedulers.cpop import CpopScheduler
+    from saga.schedulers.fcp import FCPScheduler
+    from saga.schedulers.heft import HeftScheduler
+
+    duration, edges, delay, processors = problem_arrays
+    graph = TaskGraph.create(
+        [(f"t{i}", float(d)) for i, d in enumerate(duration)],
+        [(f"t{u}", f"t{v}", float(c)) for (u, v), c in zip(edges, delay, strict=True)],
+    )
+    network = Network.create(
+        [(f"p{q}", 1.0) for q in range(processors)],
+        [(f"p{a}", f"p{b}", 1.0) for a in range(processors) for b in range(a + 1, processors)],
+    )
+    scheduler = {"HEFT": HeftScheduler, "CPoP": CpopScheduler, "FCP": FCPScheduler}[algorithm]()
+    t0 = time.perf_counter()
+    schedule = scheduler.schedule(network, graph)
+    seconds = time.perf_counter() - t0
+    proc, start = [0] * len(duration), [0] * len(duration)
+    for node, tasks in schedule.mapping.items():
+        for task in tasks:
+            if task.name.startswith("t"):
+                proc[int(task.name[1:])], start[int(task.name[1:])] = int(node[1:]), task.start
+    conn.send((seconds, proc, start))
+
+
+def run_saga(problem: Problem, algorithm: str, timeout: float) -> tuple[float | None, int | None]:
+    """saga's ``algorithm`` (HEFT, CPoP or FCP) on ``problem`` in a child process: (seconds inside
+    its ``schedule`` call, makespan) after our validator passed its schedule, or (None, None) past
+    ``timeout`` seconds (the child is killed)."""
+    import multiprocessing as mp
+
+    from solvers import Schedule
+
+    ctx = mp.get_context("fork")
+    parent, child = ctx.Pipe(duplex=False)
+    arrays = (problem.duration.tolist(), problem.edges.tolist(), problem.delay.tolist(), problem.num_processors)
+    worker = ctx.Process(target=_saga_child, args=(child, arrays, algorithm))
+    worker.start()
+    if not parent.poll(timeout):
+        worker.kill()
+        worker.join()
+        return None, None
+    seconds, proc, start = parent.recv()
+    worker.join()
+    if any(s != int(s) for s in start):
+        raise AssertionError(f"saga {algorithm}: a start time is not an integer; the translation is not exact")
+    schedule = Schedule(processor=proc, start=[int(s) for s in start])
+    validate(problem, schedule)
+    return seconds, schedule.makespan(problem)
+
+
+def against_saga(sizes: list[int], processor_counts: list[int], seeds: int, timeout: float) -> None:
+    """Per instance class (kind, tasks, processors), the median over ``seeds`` seeds of makespan and
+    seconds: ours (``best``: list, heft, cpop, peft; and ``heft`` alone) against saga's HEFT, CPoP
+    and FCP, with our lower bound."""
+    from statistics import median
+
+    from solvers.heuristics import best
+    from solvers.listsched import heft
+
+    algorithms = ("HEFT", "CPoP", "FCP")
+    head = ["class", "tasks", "P", "bound", "ours best", "s", "ours heft", "s"]
+    head += [c for a in algorithms for c in (f"saga {a}", "s")]
+    head += ["best/saga best", "saga HEFT s / ours best s"]
+    rows, wins = [], 0
+    for kind in ("layered", "erdos"):
+        for n in sizes:
+            for P in processor_counts:
+                cells: dict[str, list] = {}
+                for seed in range(seeds):
+                    problem = instance(kind, n, P, seed)
+                    for name, run in (("best", best), ("heft", heft)):
+                        t0 = time.perf_counter()
+                        result = run(problem)
+                        cells.setdefault(name, []).append((time.perf_counter() - t0, result.objective))
+                        validate(problem, result.schedule)
+                    cells.setdefault("bound", []).append((0.0, result.lower_bound))
+                    for a in algorithms:
+                        cells.setdefault(a, []).append(run_saga(problem, a, timeout))
+
+                def med(key: str, i: int, cells: dict = cells):
+                    values = [c[i] for c in cells[key] if c[i] is not None]
+                    return median(values) if len(values) == len(cells[key]) else None
+
+                def show(value, seconds: bool = False) -> str:
+                    if value is None:
+                        return f">{timeout:.0f}s" if seconds else "-"
+                    return f"{value:.3f}" if seconds else f"{value:g}"
+
+                saga_best = [med(a, 1) for a in algorithms if med(a, 1) is not None]
+                ratio = med("best", 1) / min(saga_best) if saga_best else None
+                speed = med("HEFT", 0) / med("best", 0) if med("HEFT", 0) is not None else None
+                wins += ratio is not None and ratio <= 1
+                row = [kind, f"{n:,}", str(P), show(med("bound", 1)), show(med("best", 1)), show(med("best", 0), True)]
+                row += [show(med("heft", 1)), show(med("heft", 0), True)]
+                row += [c for a in algorithms for c in (show(med(a, 1)), show(med(a, 0), True))]
+                row += [f"{ratio:.3f}" if ratio is not None else "-", f"{speed:.0f}x" if speed is not None else "-"]
+                rows.append(row)
+                print("  ".join(row), flush=True)
+    print()
+    widths = [max(len(r[c]) for r in [head, *rows]) for c in range(len(head))]
+    for r in [head, ["-" * w for w in widths], *rows]:
+        print("  ".join(x.rjust(w) if c > 1 else x.ljust(w) for c, (x, w) in enumerate(zip(r, widths, strict=True))))
+    print(f"\nmedians over {seeds} seeds; ours at most saga's best heuristic on {wins} of {len(rows)} classes")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="10x smaller instances")
@@ -118,7 +262,20 @@ def main() -> None:
         metavar="SECONDS",
         help="also run CP-SAT and LNS on a p=4, m=16 pipeline with this time limit",
     )
+    parser.add_argument(
+        "--saga",
+        action="store_true",
+        help="compare with saga's HEFT, CPoP and FCP instead (needs anrg-saga, Python 3.12+)",
+    )
+    parser.add_argument("--sizes", default="100,1000,5000", help="--saga: task counts (default 100,1000,5000)")
+    parser.add_argument("--processors", default="4,8,32", help="--saga: processor counts (default 4,8,32)")
+    parser.add_argument("--seeds", type=int, default=3, help="--saga: seeds per class (default 3)")
+    parser.add_argument("--timeout", type=float, default=300.0, help="--saga: seconds per saga run (default 300)")
     args = parser.parse_args()
+    if args.saga:
+        ints = lambda text: [int(x) for x in text.split(",")]  # noqa: E731
+        against_saga(ints(args.sizes), ints(args.processors), args.seeds, args.timeout)
+        return
     scale = 10 if args.quick else 1
     p, m, n = 32, 1024 // scale, 1_000_000 // scale
     rows = []

@@ -35,7 +35,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from solvers.bounds import lower_bound
-from solvers.graph import csr, longest_to_sinks
+from solvers.graph import csr, longest_from_sources, longest_to_sinks
 from solvers.problem import OBJECTIVES, UNLIMITED, Problem, Result, Schedule
 from solvers.simulate import time_orders
 
@@ -65,17 +65,10 @@ def effective_allowed(problem: Problem) -> np.ndarray:
     return out
 
 
-def upward_rank(problem: Problem, allowed: np.ndarray | None = None) -> np.ndarray:
-    """Longest path from each task to the end of the graph, its own duration included.
-
-    An edge counts its delay times the chance that two processors drawn from the tasks' allowed
-    sets differ (0 for tasks of one group). Returned in units of 1/64 of a time step.
-
-    >>> from solvers import Problem
-    >>> p = Problem(duration=[2, 3], allowed=[[1, 0], [0, 1]], edges=[[0, 1]], delay=[1])
-    >>> (upward_rank(p) / 64).tolist()
-    [6.0, 3.0]
-    """
+def mean_delays(problem: Problem, allowed: np.ndarray | None = None) -> np.ndarray:
+    """Each edge's delay times the chance that two processors drawn from its tasks' allowed sets
+    differ (0 inside an affinity group), in units of 1/64 of a time step: the transfer cost the
+    rank-based heuristics count before placement."""
     allowed = effective_allowed(problem) if allowed is None else allowed
     u, v = problem.edges[:, 0], problem.edges[:, 1]
     count = allowed.sum(axis=1)
@@ -84,9 +77,37 @@ def upward_rank(problem: Problem, allowed: np.ndarray | None = None) -> np.ndarr
         common += allowed[u, q] & allowed[v, q]
     differ = 1.0 - common / (count[u] * count[v])
     differ[(problem.group[u] >= 0) & (problem.group[u] == problem.group[v])] = 0.0
-    weight = np.rint(problem.delay * differ * _SCALE).astype(np.int64)
+    return np.rint(problem.delay * differ * _SCALE).astype(np.int64)
+
+
+def upward_rank(problem: Problem, allowed: np.ndarray | None = None) -> np.ndarray:
+    """Longest path from each task to the end of the graph, its own duration included.
+
+    An edge counts its `mean_delays` weight. Returned in units of 1/64 of a time step.
+
+    >>> from solvers import Problem
+    >>> p = Problem(duration=[2, 3], allowed=[[1, 0], [0, 1]], edges=[[0, 1]], delay=[1])
+    >>> (upward_rank(p) / 64).tolist()
+    [6.0, 3.0]
+    """
+    weight = mean_delays(problem, allowed)
     dur = problem.duration * _SCALE
     return longest_to_sinks(problem.topological_order(), problem.num_tasks, problem.edges, dur, weight) + dur
+
+
+def downward_rank(problem: Problem, allowed: np.ndarray | None = None) -> np.ndarray:
+    """Longest path from the start of the graph to the start of each task (durations and
+    `mean_delays` weights), in units of 1/64 of a time step. ``upward_rank + downward_rank`` is the
+    longest path through a task: equal to the critical path's length exactly on it.
+
+    >>> from solvers import Problem
+    >>> p = Problem(duration=[2, 3], allowed=[[1, 0], [0, 1]], edges=[[0, 1]], delay=[1])
+    >>> (downward_rank(p) / 64).tolist()
+    [0.0, 3.0]
+    """
+    weight = mean_delays(problem, allowed)
+    dur = problem.duration * _SCALE
+    return longest_from_sources(problem.topological_order(), problem.num_tasks, problem.edges, dur, weight)
 
 
 def list_schedule(
@@ -166,8 +187,19 @@ def heft(
 
 
 def _schedule(
-    problem: Problem, solver: str, objective: str, priority, orders, time_limit=None, insertion: bool = False
+    problem: Problem,
+    solver: str,
+    objective: str,
+    priority,
+    orders,
+    time_limit=None,
+    insertion: bool = False,
+    choice=None,
 ) -> Result:
+    """The list or insertion placement behind `list_schedule`, `heft` and the variants of
+    `solvers.heuristics`. ``choice(allowed) -> (pinned, extra)`` (insertion only) gives each task a
+    preferred processor (-1: none) and an (n, P) cost added to its finish time when choosing one
+    (or None)."""
     t0 = time.perf_counter()
     problem.require_rigid(solver)
     if time_limit is not None and not time_limit > 0:  # also NaN
@@ -192,7 +224,11 @@ def _schedule(
     if orders is not None:
         allowed, chain = _pin_orders(problem, allowed, orders)
     keys = _priority(problem, allowed, priority)
-    placed = _insert(problem, allowed, keys, deadline) if insertion else _place(problem, allowed, keys, chain, deadline)
+    if insertion:
+        pinned, extra = choice(allowed) if choice is not None else (None, None)
+        placed = _insert(problem, allowed, keys, deadline, pinned, extra)
+    else:
+        placed = _place(problem, allowed, keys, chain, deadline)
     bound = lower_bound(problem, objective)
     if isinstance(placed, str):
         return Result(None, "unknown", None, bound, time.perf_counter() - t0, solver, objective, {"reason": placed})
@@ -296,11 +332,17 @@ def _candidates(allowed: np.ndarray) -> tuple[list[int], list[int], list[list[in
 
 
 def _insert(
-    problem: Problem, allowed: np.ndarray, keys: np.ndarray, deadline: float = float("inf")
+    problem: Problem,
+    allowed: np.ndarray,
+    keys: np.ndarray,
+    deadline: float = float("inf"),
+    pinned: np.ndarray | None = None,
+    extra: np.ndarray | None = None,
 ) -> tuple[Schedule, list[list[int]]] | str:
     """HEFT's placement loop (memory-free problems): the ready task of highest priority goes where it
     finishes first, into the earliest gap of that processor that fits it after its data arrives; a
-    task of an affinity group goes where its group went."""
+    task of an affinity group goes where its group went. A task with a ``pinned`` processor (>= 0)
+    goes there; with ``extra``, a processor is chosen by finish time plus ``extra[t, q]``."""
     n, P = problem.num_tasks, problem.num_processors
     src, dst = problem.edges[:, 0], problem.edges[:, 1]
     pptr, psrc, peid = csr(n, dst, src)
@@ -310,6 +352,7 @@ def _insert(
     indeg = np.bincount(dst, minlength=n).tolist()
     fixed, pattern, patterns = _candidates(allowed)
     dur, group, key = problem.duration.tolist(), problem.group.tolist(), keys.tolist()
+    pin = pinned.tolist() if pinned is not None else [-1] * n
     # each processor's idle gaps before its last task, by time, and when its last task ends
     gap_starts: list[list[int]] = [[] for _ in range(P)]
     gap_ends: list[list[int]] = [[] for _ in range(P)]
@@ -327,8 +370,11 @@ def _insert(
             cands = [gproc[group[t]]]
         elif fixed[t] >= 0:
             cands = [fixed[t]]
+        elif pin[t] >= 0:
+            cands = [pin[t]]
         else:
             cands = patterns[pattern[t]]
+        cost = extra[t].tolist() if extra is not None and len(cands) > 1 else None
         best = None
         for q in cands:
             arrive = 0
@@ -336,9 +382,11 @@ def _insert(
                 u = psrc[k]
                 arrive = max(arrive, end[u] + (pdel[k] if proc[u] != q else 0))
             s = _earliest_gap(gap_starts[q], gap_ends[q], tail[q], arrive, dur[t])
-            if best is None or (s + dur[t], s, q) < best:
-                best = (s + dur[t], s, q)
-        f, s, q = best
+            f = s + dur[t]
+            option = (f + cost[q] if cost is not None else f, f, s, q)
+            if best is None or option < best:
+                best = option
+        _, f, s, q = best
         tail[q] = _occupy(gap_starts[q], gap_ends[q], tail[q], s, f)
         proc[t], start[t], end[t] = q, s, f
         if group[t] >= 0:

@@ -22,6 +22,9 @@ from solvers.validate import validate
 _SOLVERS: dict[str, str] = {
     "list": "solvers.listsched:list_schedule",
     "heft": "solvers.listsched:heft",
+    "cpop": "solvers.heuristics:cpop",
+    "peft": "solvers.heuristics:peft",
+    "best": "solvers.heuristics:best",
     "cpsat": "solvers.cpsat:cpsat",
     "lns": "solvers.lns:cpsat_lns",
 }

@@ -61,7 +61,7 @@ def _parser() -> argparse.ArgumentParser:
     how.add_argument(
         "--solver",
         metavar="NAME",
-        help=f"generic solver: {', '.join(solver_names())}, or best "
+        help=f"generic solver: {', '.join(n for n in solver_names() if n != 'best')}, or best "
         "(every template, list scheduling, then CP-SAT from the best of them)",
     )
     s.add_argument(
@@ -304,9 +304,9 @@ def _check_method_names(args, spec, solver: str | None) -> None:
 
     section = "pipeline" if spec.pipeline is not None else "training"
     if solver is not None:
-        if solver not in [*solver_names(), "best"]:
+        if solver not in solver_names():  # best among them
             where = "--solver" if args.solver else f"{args.problem}: {section}.solver"
-            raise SpecError(f"{where}: unknown solver {solver!r}; valid: {', '.join([*solver_names(), 'best'])}")
+            raise SpecError(f"{where}: unknown solver {solver!r}; valid: {', '.join(solver_names())}")
         return
     try:
         get_template(args.schedule or (spec.pipeline or spec.training).schedule)
@@ -430,7 +430,7 @@ def cmd_list(args, console: Console) -> int:
     for name, t in sorted(TEMPLATES.items()):
         table.add_row(name, "split I/W" if t.split_backward else "fused", t.description)
     console.print(table)
-    console.print("generic solvers (--solver): " + ", ".join(solver_names()))
+    console.print("generic solvers (--solver): " + ", ".join(n for n in solver_names() if n != "best"))
     console.print(
         "--solver best: every template above, list scheduling and CP-SAT seeded with the best of them, fused and "
         "split backward; keeps the fastest and reports a bound valid for all it searched"

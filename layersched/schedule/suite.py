@@ -106,8 +106,8 @@ def check_methods(path: Path, methods: list[str], peers: dict | None = None) -> 
     from solvers import solver_names
 
     for m in methods:
-        if not (_is_template(m) or m in solver_names() or m == "best" or (m in peers if peers else _is_peer(m))):
-            valid = sorted([*template_names(), *solver_names(), "best", *(peers or {})])
+        if not (_is_template(m) or m in solver_names() or (m in peers if peers else _is_peer(m))):
+            valid = sorted({*template_names(), *solver_names(), *(peers or {})})
             raise SpecError(f"{path}: methods: unknown method {m!r}; valid: {', '.join(valid)}")
 
 

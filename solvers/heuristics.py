@@ -1,0 +1,220 @@
+"""More list-scheduling heuristics with insertion, and ``best``: all of them, the best kept.
+
+- `cpop` (Topcuoglu et al., 2002): priority is the upward plus the downward rank; the tasks of one
+  critical path all go to one processor, so that path pays no transfer; the rest go where they
+  finish first, inserted into idle gaps. O(V P g + E) like `solvers.listsched.heft` (g: idle gaps
+  scanned per placement).
+- `peft` (Arabnejad and Barbosa, 2014): a lookahead. The optimistic cost table ``OCT[t, q]`` is the
+  shortest time still needed after task ``t`` ends on processor ``q``, each later task on its best
+  processor for it, transfers counted where they change processor. Priority is the mean of a row;
+  each task goes where its finish time plus ``OCT`` is least, inserted into idle gaps. Building the
+  table is O(E P) (vectorised level by level), placement O(V P g).
+- `best`: `list_schedule`, `heft`, `cpop` and `peft` in turn within the time limit; the schedule of
+  least objective is returned, and ``info["candidates"]`` lists what each gave.
+
+Like `heft`, `cpop` and `peft` insert into idle gaps only without memory limits and fixed orders:
+with them, they keep list scheduling's placement (memory is the running sum of each processor's
+order) with their own priority, and ``info["variant"]`` says so.
+
+Example
+-------
+>>> from solvers import Problem
+>>> p = Problem(duration=[2, 3, 3, 2], num_processors=2, edges=[[0, 1], [0, 2], [1, 3], [2, 3]],
+...             delay=[4, 4, 4, 4])
+>>> [get(p).objective for get in (cpop, peft)]
+[10, 10]
+>>> r = best(p)
+>>> r.objective, sorted(r.info["candidates"])
+(10, ['cpop', 'heft', 'list', 'peft'])
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from solvers.graph import csr, longest_to_sinks
+from solvers.listsched import (
+    _schedule,
+    downward_rank,
+    effective_allowed,
+    heft,
+    infeasible_reason,
+    list_schedule,
+    upward_rank,
+)
+from solvers.problem import UNLIMITED, Problem, Result
+
+
+def _has_memory(problem: Problem) -> bool:
+    return bool(np.any(problem.mem_delta != 0) and np.any(problem.capacity < UNLIMITED))
+
+
+def _run(problem: Problem, name: str, objective: str, keys, choice, time_limit: float | None) -> Result:
+    """``keys()``: the priority, computed only for a problem that may have a schedule."""
+    if infeasible_reason(problem, effective_allowed(problem)):  # `_schedule` says why
+        return _schedule(problem, name, objective, "index", None, time_limit)
+    if _has_memory(problem):
+        result = _schedule(problem, name, objective, keys(), None, time_limit)
+        result.info["variant"] = f"list placement with {name}'s priority (memory limits)"
+        return result
+    return _schedule(problem, name, objective, keys(), None, time_limit, insertion=True, choice=choice)
+
+
+def critical_path(problem: Problem, allowed: np.ndarray | None = None) -> np.ndarray:
+    """The tasks of one critical path, from a source to a sink, by upward plus downward rank (mean
+    transfer delays counted; ties to the lower index).
+
+    >>> from solvers import Problem
+    >>> p = Problem(duration=[1, 5, 2, 1], num_processors=2, edges=[[0, 1], [0, 2], [1, 3], [2, 3]])
+    >>> critical_path(p).tolist()
+    [0, 1, 3]
+    """
+    allowed = effective_allowed(problem) if allowed is None else allowed
+    up, down = upward_rank(problem, allowed), downward_rank(problem, allowed)
+    total = up + down
+    if problem.num_tasks == 0:
+        return np.zeros(0, dtype=np.int64)
+    length = total.max()
+    sptr, stgt, _ = csr(problem.num_tasks, problem.edges[:, 0], problem.edges[:, 1])
+    t = int(np.flatnonzero((down == 0) & (total == length))[0])
+    path = [t]
+    while sptr[t + 1] > sptr[t]:
+        succ = np.sort(stgt[sptr[t] : sptr[t + 1]])
+        on = succ[total[succ] == length]
+        if not len(on):  # t is a sink of the path
+            break
+        t = int(on[0])
+        path.append(t)
+    return np.asarray(path, dtype=np.int64)
+
+
+def cpop(problem: Problem, /, *, objective: str = "makespan", time_limit: float | None = None) -> Result:
+    """Critical-path-on-a-processor (see the module docstring). The critical processor is the one
+    allowed to the most critical-path tasks (lowest index on ties; with equal speeds every processor
+    runs the path equally fast); a path task not allowed there is placed like the others.
+
+    >>> from solvers import Problem
+    >>> cpop(Problem(duration=[3, 1, 1], num_processors=2)).objective
+    3
+    """
+    allowed = effective_allowed(problem)
+
+    def keys() -> np.ndarray:
+        return upward_rank(problem, allowed) + downward_rank(problem, allowed)
+
+    def choice(allowed: np.ndarray) -> tuple[np.ndarray, None]:
+        path = critical_path(problem, allowed)
+        pinned = np.full(problem.num_tasks, -1, dtype=np.int64)
+        if len(path):
+            q = int(np.argmax(allowed[path].sum(axis=0)))
+            here = path[allowed[path, q]]
+            pinned[here] = q
+        return pinned, None
+
+    return _run(problem, "cpop", objective, keys, choice, time_limit)
+
+
+def optimistic_cost_table(problem: Problem, allowed: np.ndarray | None = None) -> np.ndarray:
+    """PEFT's ``OCT[t, q]``: the least time from the end of task ``t`` on processor ``q`` to the end
+    of the graph when every later task may pick its processor freely (one not allowed to it costs
+    nothing here, it is never chosen), paying an edge's delay only where its two tasks' processors
+    differ. 0 for a sink. Computed level by level from the sinks, vectorised over the edges of a
+    level: O(E P) work.
+
+    >>> from solvers import Problem
+    >>> p = Problem(duration=[1, 2], num_processors=2, edges=[[0, 1]], delay=[5])
+    >>> optimistic_cost_table(p).tolist()
+    [[2, 2], [0, 0]]
+    """
+    allowed = effective_allowed(problem) if allowed is None else allowed
+    n, P = problem.num_tasks, problem.num_processors
+    oct_ = np.zeros((n, P), dtype=np.int64)
+    if n == 0 or len(problem.edges) == 0:
+        return oct_
+    src, dst = problem.edges[:, 0], problem.edges[:, 1]
+    order = problem.topological_order()
+    # height: edges from the end of the graph (0 for a sink); an edge's source is one level above
+    # its target at least, so one level's table rows only need lower levels
+    height = longest_to_sinks(order, n, problem.edges, np.ones(n, dtype=np.int64), np.zeros(len(src), dtype=np.int64))
+    big = np.int64(UNLIMITED)
+    # through[s, w]: time from the start of s on w to the end, or ``big`` where s may not run on w
+    through = np.where(allowed, problem.duration[:, None], big)
+    cheapest = through.min(axis=1)
+    by_level = np.argsort(height[src], kind="stable")
+    bounds = np.searchsorted(height[src][by_level], np.arange(1, int(height.max()) + 2))
+    tasks_by_level = np.argsort(height, kind="stable")
+    task_bounds = np.searchsorted(height[tasks_by_level], np.arange(0, int(height.max()) + 2))
+    for level in range(1, int(height.max()) + 1):
+        e = by_level[bounds[level - 1] : bounds[level]]
+        u, v, d = src[e], dst[e], problem.delay[e]
+        value = np.minimum(through[v], (cheapest[v] + d)[:, None])
+        np.maximum.at(oct_, u, value)
+        mine = tasks_by_level[task_bounds[level] : task_bounds[level + 1]]
+        through[mine] = np.where(allowed[mine], oct_[mine] + problem.duration[mine, None], big)
+        cheapest[mine] = through[mine].min(axis=1)
+    return oct_
+
+
+def peft(problem: Problem, /, *, objective: str = "makespan", time_limit: float | None = None) -> Result:
+    """Predict-earliest-finish-time (see the module docstring): priority is the mean optimistic cost
+    over a task's allowed processors; each task goes where ``finish + OCT`` is least.
+
+    >>> from solvers import Problem
+    >>> peft(Problem(duration=[3, 1, 1], num_processors=2)).objective
+    3
+    """
+    allowed = effective_allowed(problem)
+    table = np.zeros(0)
+
+    def keys() -> np.ndarray:
+        nonlocal table
+        table = optimistic_cost_table(problem, allowed)
+        return np.where(allowed, table, 0).sum(axis=1) / allowed.sum(axis=1)
+
+    def choice(allowed: np.ndarray) -> tuple[None, np.ndarray]:
+        return None, table
+
+    return _run(problem, "peft", objective, keys, choice, time_limit)
+
+
+def best(problem: Problem, /, *, objective: str = "makespan", time_limit: float | None = None) -> Result:
+    """Every list heuristic (`list_schedule`, `heft`, `cpop`, `peft`, in that order) and the best
+    schedule they give; the bound is the best of theirs. Each gets what is left of ``time_limit``;
+    one that would start after it is skipped (the first always runs), and ``info["candidates"]``
+    says so beside each one's objective or status.
+
+    >>> from solvers import Problem
+    >>> best(Problem(duration=[3, 1, 1], num_processors=2)).info["chosen"]
+    'list'
+    """
+    if time_limit is not None and not time_limit > 0:  # also NaN
+        raise ValueError(f"time_limit: expected a positive number of seconds, got {time_limit}")
+    t0 = time.perf_counter()
+    deadline = t0 + time_limit if time_limit is not None else float("inf")
+    candidates: dict[str, object] = {}
+    chosen: Result | None = None
+    results = []
+    for name, run in (("list", list_schedule), ("heft", heft), ("cpop", cpop), ("peft", peft)):
+        left = deadline - time.perf_counter()
+        if left <= 0 and results:  # the first always runs (its own limit stops it)
+            candidates[name] = "skipped: time limit"
+            continue
+        result = run(problem, objective=objective, time_limit=None if left == float("inf") else max(left, 1e-3))
+        results.append(result)
+        candidates[name] = result.objective if result.schedule is not None else result.status
+        if result.schedule is not None and (chosen is None or result.objective < chosen.objective):
+            chosen = result
+    bound = max(r.lower_bound for r in results)
+    runtime = time.perf_counter() - t0
+    info = {"candidates": candidates}
+    if chosen is None:
+        status = "infeasible" if any(r.status == "infeasible" for r in results) else "unknown"
+        reasons = [r.info["reason"] for r in results if "reason" in r.info]
+        if reasons:
+            info["reason"] = reasons[0]
+        return Result(None, status, None, bound, runtime, "best", objective, info)
+    info["chosen"] = chosen.solver
+    status = "optimal" if chosen.objective <= bound else "feasible"
+    return Result(chosen.schedule, status, chosen.objective, bound, runtime, "best", objective, info)

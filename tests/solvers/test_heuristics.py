@@ -1,0 +1,140 @@
+"""CPoP, PEFT and the generic ``best`` (`solvers.heuristics`): valid, above the bound, and each doing
+what its rule says."""
+
+from __future__ import annotations
+
+import doctest
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import solvers.heuristics
+from solvers import Problem, lower_bound, solve, solver_names, validate
+from solvers.heuristics import best, cpop, critical_path, optimistic_cost_table, peft
+from solvers.listsched import heft, list_schedule
+from tests.solvers.strategies import brute_force, problems
+
+
+def test_doctests():
+    assert doctest.testmod(solvers.heuristics).failed == 0
+
+
+@st.composite
+def comm_dags(draw) -> Problem:
+    """Memory-free DAGs with delays, random allowed sets and affinity groups."""
+    n, P = draw(st.integers(1, 25)), draw(st.integers(1, 4))
+    dur = draw(st.lists(st.integers(0, 6), min_size=n, max_size=n))
+    edges = [(u, v) for u in range(n) for v in range(u + 1, n) if draw(st.integers(0, 4)) == 0]
+    delay = draw(st.lists(st.integers(0, 8), min_size=len(edges), max_size=len(edges)))
+    allowed = [[draw(st.booleans()) or q == t % P for q in range(P)] for t in range(n)]
+    group = draw(st.lists(st.integers(-1, 2), min_size=n, max_size=n))
+    return Problem(duration=dur, num_processors=P, edges=edges or np.zeros((0, 2), dtype=int), delay=delay or None,
+                   allowed=allowed, group=group)  # fmt: skip
+
+
+@settings(max_examples=150, deadline=None)
+@given(comm_dags())
+def test_cpop_peft_best_are_valid_above_the_bound_and_best_is_the_least(p):
+    results = {f.__name__: f(p) for f in (list_schedule, heft, cpop, peft)}
+    chosen = best(p)
+    if chosen.schedule is None:  # a group whose tasks share no processor
+        assert {r.status for r in results.values()} == {"infeasible"} and chosen.status == "infeasible"
+        return
+    for r in [*results.values(), chosen]:
+        validate(p, r.schedule)
+        assert r.objective >= r.lower_bound == lower_bound(p)
+    assert chosen.objective == min(r.objective for r in results.values())
+    assert chosen.info["candidates"] == {{"list_schedule": "list"}.get(k, k): r.objective for k, r in results.items()}
+
+
+@settings(max_examples=60, deadline=None)
+@given(problems(max_tasks=7, max_processors=2))
+def test_best_with_memory_is_valid_and_never_below_the_optimum(p):
+    """With memory limits CPoP and PEFT keep list placement (their own priority); whatever ``best``
+    returns is valid and at least brute force's optimum, and it finds a schedule when list does."""
+    r = best(p)
+    optimum = brute_force(p)
+    if r.schedule is not None:
+        validate(p, r.schedule)
+        assert optimum is not None and r.objective >= optimum[0]
+    if list_schedule(p).schedule is not None:
+        assert r.schedule is not None
+    for f in (cpop, peft):
+        one = f(p)
+        if one.schedule is not None and np.any(p.mem_delta != 0) and np.any(p.capacity < 2**60):
+            assert one.info["variant"].startswith("list placement")
+
+
+def oct_by_definition(p: Problem) -> np.ndarray:
+    """PEFT's table from its recursive definition, task by task."""
+    n, P = p.num_tasks, p.num_processors
+    succ: dict[int, list[tuple[int, int]]] = {t: [] for t in range(n)}
+    for (u, v), d in zip(p.edges.tolist(), p.delay.tolist(), strict=True):
+        succ[u].append((v, d))
+    table = np.zeros((n, P), dtype=np.int64)
+    for t in reversed(p.topological_order().tolist()):
+        for q in range(P):
+            table[t, q] = max(
+                (
+                    min(table[s, w] + p.duration[s] + (d if w != q else 0) for w in range(P) if p.allowed[s, w])
+                    for s, d in succ[t]
+                ),
+                default=0,
+            )
+    return table
+
+
+@settings(max_examples=100, deadline=None)
+@given(comm_dags())
+def test_optimistic_cost_table_matches_its_definition(p):
+    assert optimistic_cost_table(p, p.allowed).tolist() == oct_by_definition(p).tolist()
+
+
+def fork_join(k: int, delay: int) -> Problem:
+    """a -> k middles (durations 1..k) -> z, every edge with ``delay``."""
+    edges = [(0, i) for i in range(1, k + 1)] + [(i, k + 1) for i in range(1, k + 1)]
+    return Problem(duration=[2, *range(1, k + 1), 2], num_processors=3, edges=edges, delay=[delay] * len(edges))
+
+
+def test_cpop_runs_its_critical_path_on_one_processor():
+    p = fork_join(5, 3)
+    path = critical_path(p).tolist()
+    assert path == [0, 5, 6]  # the longest middle
+    r = cpop(p)
+    validate(p, r.schedule)
+    assert len(set(r.schedule.processor[path].tolist())) == 1
+
+
+def test_peft_looks_ahead_where_heft_does_not():
+    """Task 0 (1) feeds 1 (10) with delay 100 and 2 (1). HEFT puts 0 and 1 on the first processor they
+    finish on; PEFT weighs the table, and the schedule it returns is never worse on this graph."""
+    p = Problem(duration=[1, 10, 1, 1], num_processors=2, edges=[[0, 1], [0, 2], [2, 3]], delay=[100, 0, 0])
+    r = peft(p)
+    validate(p, r.schedule)
+    assert r.objective == 12 and r.schedule.processor[0] == r.schedule.processor[1]
+
+
+def test_best_keeps_the_least_and_names_it():
+    p = fork_join(6, 4)
+    r = best(p)
+    objectives = {k: v for k, v in r.info["candidates"].items()}
+    assert r.objective == min(objectives.values()) and objectives[r.info["chosen"]] == r.objective
+
+
+def test_registry_runs_the_new_heuristics():
+    assert {"cpop", "peft", "best"} <= set(solver_names())
+    p = fork_join(4, 2)
+    for name in ("cpop", "peft", "best"):
+        assert solve(p, name).solver == name
+
+
+def test_best_with_an_exhausted_time_limit_still_runs_the_first():
+    rng = np.random.default_rng(0)
+    n = 3000
+    edges = np.unique(np.sort(rng.integers(0, n, size=(2 * n, 2)), axis=1), axis=0)
+    edges = edges[edges[:, 0] != edges[:, 1]]
+    p = Problem(duration=rng.integers(1, 9, n), num_processors=8, edges=edges, delay=rng.integers(0, 9, len(edges)))
+    r = best(p, time_limit=1e-6)
+    assert "list" in r.info["candidates"]
+    assert any(str(v).startswith("skipped") for v in r.info["candidates"].values())
