@@ -9,7 +9,10 @@
   processor for it, transfers counted where they change processor. Priority is the mean of a row;
   each task goes where its finish time plus ``OCT`` is least, inserted into idle gaps. Building the
   table is O(E P) (vectorised level by level), placement O(V P g).
-- `best`: `list_schedule`, `heft`, `cpop` and `peft` in turn within the time limit; the schedule of
+- `fcp` (Radulescu and van Gemund, 1999): bottom-level priority among at most P ready tasks, each
+  appended to the processor that comes idle first or to the one its last message comes from.
+  O(V (P + log P) + E).
+- `best`: `list_schedule`, `heft`, `cpop`, `peft` and `fcp` in turn within the time limit; the schedule of
   least objective is returned, and ``info["candidates"]`` lists what each gave.
 
 Like `heft`, `cpop` and `peft` insert into idle gaps only without memory limits and fixed orders:
@@ -25,15 +28,18 @@ Example
 [10, 10]
 >>> r = best(p)
 >>> r.objective, sorted(r.info["candidates"])
-(10, ['cpop', 'heft', 'list', 'peft'])
+(10, ['cpop', 'fcp', 'heft', 'list', 'peft'])
 """
 
 from __future__ import annotations
 
+import heapq
 import time
+from collections import deque
 
 import numpy as np
 
+from solvers.bounds import lower_bound
 from solvers.graph import csr, longest_to_sinks
 from solvers.listsched import (
     _schedule,
@@ -44,7 +50,7 @@ from solvers.listsched import (
     list_schedule,
     upward_rank,
 )
-from solvers.problem import UNLIMITED, Problem, Result
+from solvers.problem import OBJECTIVES, UNLIMITED, Problem, Result, Schedule
 
 
 def _has_memory(problem: Problem) -> bool:
@@ -179,8 +185,112 @@ def peft(problem: Problem, /, *, objective: str = "makespan", time_limit: float 
     return _run(problem, "peft", objective, keys, choice, time_limit)
 
 
+def fcp(problem: Problem, /, *, objective: str = "makespan", time_limit: float | None = None) -> Result:
+    """Fast Critical Path (Radulescu and van Gemund, 1999): priority is the bottom level with every
+    delay counted in full; at most P ready tasks compete by priority, later ones wait in arrival
+    order (FIFO) for a place among them; each task is appended to one of two processors, the one
+    that comes idle first or the one its last message comes from, whichever lets it start first.
+    O(V (P + log P) + E) here (allowed sets are scanned; the paper's O(V log P + E) keeps the
+    processors in a heap). Under memory limits: list placement with this priority.
+
+    >>> from solvers import Problem
+    >>> fcp(Problem(duration=[3, 1, 1], num_processors=2)).objective
+    3
+    """
+    allowed = effective_allowed(problem)
+
+    def keys() -> np.ndarray:
+        dur = problem.duration
+        return longest_to_sinks(problem.topological_order(), problem.num_tasks, problem.edges, dur, problem.delay) + dur
+
+    if infeasible_reason(problem, allowed) or _has_memory(problem):
+        return _run(problem, "fcp", objective, keys, None, time_limit)
+    t0 = time.perf_counter()
+    if objective not in OBJECTIVES:
+        raise ValueError(f"unknown objective {objective!r}; valid: {', '.join(OBJECTIVES)}")
+    if time_limit is not None and not time_limit > 0:  # also NaN
+        raise ValueError(f"time_limit: expected a positive number of seconds, got {time_limit}")
+    problem.require_rigid("fcp")
+    deadline = t0 + time_limit if time_limit is not None else float("inf")
+    placed = _fcp_place(problem, allowed, keys(), deadline)
+    bound = lower_bound(problem, objective)
+    if placed is None:
+        return Result(None, "unknown", None, bound, time.perf_counter() - t0, "fcp", objective,
+                      {"reason": "the time limit ended the run"})  # fmt: skip
+    value = placed.objective(problem, objective)
+    status = "optimal" if value <= bound else "feasible"
+    return Result(placed, status, value, bound, time.perf_counter() - t0, "fcp", objective, {"variant": "fcp"})
+
+
+def _fcp_place(problem: Problem, allowed: np.ndarray, keys: np.ndarray, deadline: float) -> Schedule | None:
+    n, P = problem.num_tasks, problem.num_processors
+    src, dst = problem.edges[:, 0], problem.edges[:, 1]
+    pptr, psrc, peid = csr(n, dst, src)
+    pptr, psrc, pdel = pptr.tolist(), psrc.tolist(), problem.delay[peid].tolist()
+    sptr, stgt, _ = csr(n, src, dst)
+    sptr, stgt = sptr.tolist(), stgt.tolist()
+    indeg = np.bincount(dst, minlength=n).tolist()
+    sets = [np.flatnonzero(row).tolist() for row in allowed] if not allowed.all() else None
+    every = list(range(P))
+    dur, group, key = problem.duration.tolist(), problem.group.tolist(), keys.tolist()
+    gproc: dict[int, int] = {}
+    proc, start, end = [-1] * n, [0] * n, [0] * n
+    idle = [0] * P  # when each processor's last task ends
+    ready: list[tuple[int, int]] = []  # at most P tasks by priority
+    fifo: deque[int] = deque()  # the others, in the order they became ready
+
+    def add(t: int) -> None:
+        if len(ready) < P:
+            heapq.heappush(ready, (-key[t], t))
+        else:
+            fifo.append(t)
+
+    for t in range(n):
+        if indeg[t] == 0:
+            add(t)
+    for done in range(n):
+        if done % 4096 == 0 and time.perf_counter() > deadline:
+            return None
+        t = heapq.heappop(ready)[1]
+        if fifo:
+            u = fifo.popleft()
+            heapq.heappush(ready, (-key[u], u))
+        mine = sets[t] if sets is not None else every
+        if group[t] >= 0 and group[t] in gproc:
+            cands = [gproc[group[t]]]
+        else:
+            first = min(mine, key=idle.__getitem__)
+            cands = [first]
+            last, enabling = -1, -1
+            for k in range(pptr[t], pptr[t + 1]):
+                u = psrc[k]
+                if end[u] + pdel[k] > last:
+                    last, enabling = end[u] + pdel[k], proc[u]
+            if enabling >= 0 and enabling != first and allowed[t, enabling]:
+                cands.append(enabling)
+        best = None
+        for q in cands:
+            s = idle[q]
+            for k in range(pptr[t], pptr[t + 1]):
+                u = psrc[k]
+                s = max(s, end[u] + (pdel[k] if proc[u] != q else 0))
+            if best is None or (s, q) < best:
+                best = (s, q)
+        s, q = best
+        proc[t], start[t], end[t] = q, s, s + dur[t]
+        idle[q] = end[t]
+        if group[t] >= 0:
+            gproc.setdefault(group[t], q)
+        for k in range(sptr[t], sptr[t + 1]):
+            v = stgt[k]
+            indeg[v] -= 1
+            if indeg[v] == 0:
+                add(v)
+    return Schedule(np.array(proc, dtype=np.int64), np.array(start, dtype=np.int64))
+
+
 def best(problem: Problem, /, *, objective: str = "makespan", time_limit: float | None = None) -> Result:
-    """Every list heuristic (`list_schedule`, `heft`, `cpop`, `peft`, in that order) and the best
+    """Every list heuristic (`list_schedule`, `heft`, `cpop`, `peft`, `fcp`, in that order) and the best
     schedule they give; the bound is the best of theirs. Each gets what is left of ``time_limit``;
     one that would start after it is skipped (the first always runs), and ``info["candidates"]``
     says so beside each one's objective or status.
@@ -196,7 +306,7 @@ def best(problem: Problem, /, *, objective: str = "makespan", time_limit: float 
     candidates: dict[str, object] = {}
     chosen: Result | None = None
     results = []
-    for name, run in (("list", list_schedule), ("heft", heft), ("cpop", cpop), ("peft", peft)):
+    for name, run in (("list", list_schedule), ("heft", heft), ("cpop", cpop), ("peft", peft), ("fcp", fcp)):
         left = deadline - time.perf_counter()
         if left <= 0 and results:  # the first always runs (its own limit stops it)
             candidates[name] = "skipped: time limit"

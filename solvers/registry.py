@@ -24,6 +24,7 @@ _SOLVERS: dict[str, str] = {
     "heft": "solvers.listsched:heft",
     "cpop": "solvers.heuristics:cpop",
     "peft": "solvers.heuristics:peft",
+    "fcp": "solvers.heuristics:fcp",
     "best": "solvers.heuristics:best",
     "cpsat": "solvers.cpsat:cpsat",
     "lns": "solvers.lns:cpsat_lns",

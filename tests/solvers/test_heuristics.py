@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import solvers.heuristics
 from solvers import Problem, lower_bound, solve, solver_names, validate
-from solvers.heuristics import best, cpop, critical_path, optimistic_cost_table, peft
+from solvers.heuristics import best, cpop, critical_path, fcp, optimistic_cost_table, peft
 from solvers.listsched import heft, list_schedule
 from tests.solvers.strategies import brute_force, problems
 
@@ -35,8 +35,8 @@ def comm_dags(draw) -> Problem:
 
 @settings(max_examples=150, deadline=None)
 @given(comm_dags())
-def test_cpop_peft_best_are_valid_above_the_bound_and_best_is_the_least(p):
-    results = {f.__name__: f(p) for f in (list_schedule, heft, cpop, peft)}
+def test_cpop_peft_fcp_best_are_valid_above_the_bound_and_best_is_the_least(p):
+    results = {f.__name__: f(p) for f in (list_schedule, heft, cpop, peft, fcp)}
     chosen = best(p)
     if chosen.schedule is None:  # a group whose tasks share no processor
         assert {r.status for r in results.values()} == {"infeasible"} and chosen.status == "infeasible"
@@ -60,7 +60,7 @@ def test_best_with_memory_is_valid_and_never_below_the_optimum(p):
         assert optimum is not None and r.objective >= optimum[0]
     if list_schedule(p).schedule is not None:
         assert r.schedule is not None
-    for f in (cpop, peft):
+    for f in (cpop, peft, fcp):
         one = f(p)
         if one.schedule is not None and np.any(p.mem_delta != 0) and np.any(p.capacity < 2**60):
             assert one.info["variant"].startswith("list placement")
@@ -123,9 +123,9 @@ def test_best_keeps_the_least_and_names_it():
 
 
 def test_registry_runs_the_new_heuristics():
-    assert {"cpop", "peft", "best"} <= set(solver_names())
+    assert {"cpop", "peft", "fcp", "best"} <= set(solver_names())
     p = fork_join(4, 2)
-    for name in ("cpop", "peft", "best"):
+    for name in ("cpop", "peft", "fcp", "best"):
         assert solve(p, name).solver == name
 
 
@@ -138,3 +138,13 @@ def test_best_with_an_exhausted_time_limit_still_runs_the_first():
     r = best(p, time_limit=1e-6)
     assert "list" in r.info["candidates"]
     assert any(str(v).startswith("skipped") for v in r.info["candidates"].values())
+
+
+def test_fcp_appends_to_the_processor_its_last_message_comes_from():
+    """Task 2 needs 0 (2) and 1 (4), which run on different processors, delay 5: the processor that
+    comes idle first is 0's (start 9, after 1's message), but 1's lets it start at 7."""
+    p = Problem(duration=[2, 4, 1], num_processors=2, edges=[[0, 2], [1, 2]], delay=[5, 5])
+    r = fcp(p)
+    validate(p, r.schedule)
+    assert r.schedule.processor[2] == r.schedule.processor[1] != r.schedule.processor[0]
+    assert r.schedule.start[2] == 7
