@@ -111,16 +111,26 @@ def _print(rows: list[list[str]]) -> None:
 
 # -- against saga ----------------------------------------------------------------------------------
 # saga ("Scheduling Algorithms Gathered", pip install anrg-saga; Python 3.12+) is an optional
-# benchmark dependency. Each instance is built once as integers and handed to saga with every
-# processor and link at speed 1, so saga's times are exactly ours (cost = duration, data size =
-# delay, no transfer on one processor); saga's schedules are translated back and pass our validator.
+# benchmark dependency. Each instance is built once as integers and handed to saga exactly: on equal
+# processors every speed is 1 (cost = duration, data size = delay); on heterogeneous ones processor
+# and link speeds are 1, 2 or 4 and costs and sizes multiples of 4, so saga's cost / speed is our
+# integer ``duration_on`` and its size / link speed our ``delay * link``. saga's schedules are
+# translated back and pass our validator.
+
+SPEEDS = (1, 2, 4)
 
 
-def instance(kind: str, n: int, processors: int, seed: int, *, ccr: float = 1.0) -> Problem:
+def instance(
+    kind: str, n: int, processors: int, seed: int, *, ccr: float = 1.0, hetero: bool = False
+) -> tuple[Problem, tuple]:
     """A random DAG of ``n`` tasks: ``layered`` (layers of about sqrt(n) tasks, 1-3 predecessors each
     in the layer before) or ``erdos`` (Erdos-Renyi: about 2n edges, each from a lower to a higher
     index, drawn uniformly). Durations 1..20; delays uniform in 0..2*ccr*mean duration, so the
-    communication-to-computation ratio is about ``ccr``."""
+    communication-to-computation ratio is about ``ccr``. With ``hetero``, the costs are 4 times
+    those, each processor and each link (both directions) runs at a speed drawn from 1, 2 and 4,
+    and a task's duration is its cost over its processor's speed (``Problem.unrelated``); a delay
+    is ``size / 4`` times the link factor ``4 / speed``. Returns the problem and saga's view of it:
+    costs, edges, data sizes, processor speeds, link speeds."""
     rng = np.random.default_rng(seed)
     if kind == "layered":
         width = max(2, round(n**0.5))
@@ -138,7 +148,18 @@ def instance(kind: str, n: int, processors: int, seed: int, *, ccr: float = 1.0)
     edges = np.unique(np.stack([src, dst], axis=1), axis=0).reshape(-1, 2)
     duration = rng.integers(1, 21, size=n)
     delay = rng.integers(0, int(round(2 * ccr * duration.mean())) + 1, size=len(edges))
-    return Problem(duration=duration, num_processors=processors, edges=edges, delay=delay)
+    if not hetero:
+        ones = np.ones((processors, processors), dtype=np.int64)
+        saga = (duration, edges, delay, np.ones(processors, dtype=np.int64), ones)
+        return Problem(duration=duration, num_processors=processors, edges=edges, delay=delay), saga
+    speed = rng.choice(SPEEDS, size=processors)
+    link_speed = np.triu(rng.choice(SPEEDS, size=(processors, processors)), 1)
+    link_speed = link_speed + link_speed.T
+    np.fill_diagonal(link_speed, 4)
+    cost, size = 4 * duration, 4 * delay
+    on = cost[:, None] // speed[None, :]
+    saga = (cost, edges, size, speed, link_speed)
+    return Problem.unrelated(on, edges=edges, delay=delay, link=4 // link_speed), saga
 
 
 def _saga_child(conn, problem_arrays, algorithm: str) -> None:
@@ -150,20 +171,21 @@ def _saga_child(conn, problem_arrays, algorithm: str) -> None:
     from saga.schedulers.fcp import FCPScheduler
     from saga.schedulers.heft import HeftScheduler
 
-    duration, edges, delay, processors = problem_arrays
+    cost, edges, size, speed, link_speed = (np.asarray(x).tolist() for x in problem_arrays)
+    P = len(speed)
     graph = TaskGraph.create(
-        [(f"t{i}", float(d)) for i, d in enumerate(duration)],
-        [(f"t{u}", f"t{v}", float(c)) for (u, v), c in zip(edges, delay, strict=True)],
+        [(f"t{i}", float(c)) for i, c in enumerate(cost)],
+        [(f"t{u}", f"t{v}", float(c)) for (u, v), c in zip(edges, size, strict=True)],
     )
     network = Network.create(
-        [(f"p{q}", 1.0) for q in range(processors)],
-        [(f"p{a}", f"p{b}", 1.0) for a in range(processors) for b in range(a + 1, processors)],
+        [(f"p{q}", float(speed[q])) for q in range(P)],
+        [(f"p{a}", f"p{b}", float(link_speed[a][b])) for a in range(P) for b in range(a + 1, P)],
     )
     scheduler = {"HEFT": HeftScheduler, "CPoP": CpopScheduler, "FCP": FCPScheduler}[algorithm]()
     t0 = time.perf_counter()
     schedule = scheduler.schedule(network, graph)
     seconds = time.perf_counter() - t0
-    proc, start = [0] * len(duration), [0] * len(duration)
+    proc, start = [0] * len(cost), [0.0] * len(cost)
     for node, tasks in schedule.mapping.items():
         for task in tasks:
             if task.name.startswith("t"):
@@ -171,18 +193,17 @@ def _saga_child(conn, problem_arrays, algorithm: str) -> None:
     conn.send((seconds, proc, start))
 
 
-def run_saga(problem: Problem, algorithm: str, timeout: float) -> tuple[float | None, int | None]:
+def run_saga(problem: Problem, saga: tuple, algorithm: str, timeout: float) -> tuple[float | None, int | None]:
     """saga's ``algorithm`` (HEFT, CPoP or FCP) on ``problem`` in a child process: (seconds inside
     its ``schedule`` call, makespan) after our validator passed its schedule, or (None, None) past
-    ``timeout`` seconds (the child is killed)."""
+    ``timeout`` seconds (building saga's graph included; the child is killed)."""
     import multiprocessing as mp
 
     from solvers import Schedule
 
     ctx = mp.get_context("fork")
     parent, child = ctx.Pipe(duplex=False)
-    arrays = (problem.duration.tolist(), problem.edges.tolist(), problem.delay.tolist(), problem.num_processors)
-    worker = ctx.Process(target=_saga_child, args=(child, arrays, algorithm))
+    worker = ctx.Process(target=_saga_child, args=(child, saga, algorithm))
     worker.start()
     if not parent.poll(timeout):
         worker.kill()
@@ -197,34 +218,35 @@ def run_saga(problem: Problem, algorithm: str, timeout: float) -> tuple[float | 
     return seconds, schedule.makespan(problem)
 
 
-def against_saga(sizes: list[int], processor_counts: list[int], seeds: int, timeout: float) -> None:
-    """Per instance class (kind, tasks, processors), the median over ``seeds`` seeds of makespan and
-    seconds: ours (``best``: list, heft, cpop, peft; and ``heft`` alone) against saga's HEFT, CPoP
-    and FCP, with our lower bound."""
+def against_saga(sizes: list[int], processor_counts: list[int], seeds: int, timeout: float, classes: list[str]) -> None:
+    """Per instance class (kind, equal or heterogeneous processors, tasks, processors), the median
+    over ``seeds`` seeds of makespan and seconds: ours (``best``: list, heft, cpop, peft, fcp; and
+    ``list`` and ``heft`` alone) against saga's HEFT, CPoP and FCP, with our lower bound."""
     from statistics import median
 
     from solvers.heuristics import best
     from solvers.listsched import heft
 
     algorithms = ("HEFT", "CPoP", "FCP")
-    head = ["class", "tasks", "P", "bound", "ours best", "s", "ours heft", "s"]
+    head = ["class", "tasks", "P", "bound", "ours best", "s", "ours heft", "s", "ours list", "s"]
     head += [c for a in algorithms for c in (f"saga {a}", "s")]
-    head += ["best/saga best", "saga HEFT s / ours best s"]
+    head += ["best/saga best", "saga HEFT s / ours best s", "/ ours list s"]
     rows, wins = [], 0
-    for kind in ("layered", "erdos"):
+    for label in classes:
+        kind, hetero = label.split("-")[0], label.endswith("-het")
         for n in sizes:
             for P in processor_counts:
                 cells: dict[str, list] = {}
                 for seed in range(seeds):
-                    problem = instance(kind, n, P, seed)
-                    for name, run in (("best", best), ("heft", heft)):
+                    problem, saga = instance(kind, n, P, seed, hetero=hetero)
+                    for name, run in (("best", best), ("heft", heft), ("list", list_schedule)):
                         t0 = time.perf_counter()
                         result = run(problem)
                         cells.setdefault(name, []).append((time.perf_counter() - t0, result.objective))
                         validate(problem, result.schedule)
                     cells.setdefault("bound", []).append((0.0, result.lower_bound))
                     for a in algorithms:
-                        cells.setdefault(a, []).append(run_saga(problem, a, timeout))
+                        cells.setdefault(a, []).append(run_saga(problem, saga, a, timeout))
 
                 def med(key: str, i: int, cells: dict = cells):
                     values = [c[i] for c in cells[key] if c[i] is not None]
@@ -238,11 +260,13 @@ def against_saga(sizes: list[int], processor_counts: list[int], seeds: int, time
                 saga_best = [med(a, 1) for a in algorithms if med(a, 1) is not None]
                 ratio = med("best", 1) / min(saga_best) if saga_best else None
                 speed = med("HEFT", 0) / med("best", 0) if med("HEFT", 0) is not None else None
+                fast = med("HEFT", 0) / med("list", 0) if med("HEFT", 0) is not None else None
                 wins += ratio is not None and ratio <= 1
-                row = [kind, f"{n:,}", str(P), show(med("bound", 1)), show(med("best", 1)), show(med("best", 0), True)]
-                row += [show(med("heft", 1)), show(med("heft", 0), True)]
+                row = [label, f"{n:,}", str(P), show(med("bound", 1)), show(med("best", 1)), show(med("best", 0), True)]
+                row += [c for k in ("heft", "list") for c in (show(med(k, 1)), show(med(k, 0), True))]
                 row += [c for a in algorithms for c in (show(med(a, 1)), show(med(a, 0), True))]
-                row += [f"{ratio:.3f}" if ratio is not None else "-", f"{speed:.0f}x" if speed is not None else "-"]
+                row += [f"{ratio:.3f}" if ratio is not None else "-"]
+                row += [f"{x:.0f}x" if x is not None else "-" for x in (speed, fast)]
                 rows.append(row)
                 print("  ".join(row), flush=True)
     print()
@@ -271,10 +295,15 @@ def main() -> None:
     parser.add_argument("--processors", default="4,8,32", help="--saga: processor counts (default 4,8,32)")
     parser.add_argument("--seeds", type=int, default=3, help="--saga: seeds per class (default 3)")
     parser.add_argument("--timeout", type=float, default=300.0, help="--saga: seconds per saga run (default 300)")
+    parser.add_argument(
+        "--classes",
+        default="layered,erdos,layered-het,erdos-het",
+        help="--saga: instance classes, -het for heterogeneous processors and links (default: all four)",
+    )
     args = parser.parse_args()
     if args.saga:
         ints = lambda text: [int(x) for x in text.split(",")]  # noqa: E731
-        against_saga(ints(args.sizes), ints(args.processors), args.seeds, args.timeout)
+        against_saga(ints(args.sizes), ints(args.processors), args.seeds, args.timeout, args.classes.split(","))
         return
     scale = 10 if args.quick else 1
     p, m, n = 32, 1024 // scale, 1_000_000 // scale

@@ -113,6 +113,7 @@ def cpsat(
     """
     t0 = time.perf_counter()
     problem.require_rigid("cpsat")
+    problem.require_uniform("cpsat")
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r}; valid: {', '.join(OBJECTIVES)}")
     bound = max(lower_bound(problem, objective), int(known_bound))

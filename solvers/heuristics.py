@@ -42,12 +42,15 @@ import numpy as np
 from solvers.bounds import lower_bound
 from solvers.graph import csr, longest_to_sinks
 from solvers.listsched import (
+    _mean_link,
     _schedule,
+    _speeds,
     downward_rank,
     effective_allowed,
     heft,
     infeasible_reason,
     list_schedule,
+    mean_durations,
     upward_rank,
 )
 from solvers.problem import OBJECTIVES, UNLIMITED, Problem, Result, Schedule
@@ -114,7 +117,9 @@ def cpop(problem: Problem, /, *, objective: str = "makespan", time_limit: float 
         path = critical_path(problem, allowed)
         pinned = np.full(problem.num_tasks, -1, dtype=np.int64)
         if len(path):
-            q = int(np.argmax(allowed[path].sum(axis=0)))
+            on = problem.duration_on if problem.duration_on is not None else problem.duration[:, None]
+            work = np.where(allowed[path], on[path], 0).sum(axis=0)
+            q = int(np.lexsort((work, -allowed[path].sum(axis=0)))[0])  # most path tasks, then fastest
             here = path[allowed[path, q]]
             pinned[here] = q
         return pinned, None
@@ -145,8 +150,10 @@ def optimistic_cost_table(problem: Problem, allowed: np.ndarray | None = None) -
     # its target at least, so one level's table rows only need lower levels
     height = longest_to_sinks(order, n, problem.edges, np.ones(n, dtype=np.int64), np.zeros(len(src), dtype=np.int64))
     big = np.int64(UNLIMITED)
+    link = max(1, round(_mean_link(problem)))  # the paper's mean communication cost
     # through[s, w]: time from the start of s on w to the end, or ``big`` where s may not run on w
-    through = np.where(allowed, problem.duration[:, None], big)
+    on = problem.duration_on if problem.duration_on is not None else problem.duration[:, None]
+    through = np.where(allowed, on, big)
     cheapest = through.min(axis=1)
     by_level = np.argsort(height[src], kind="stable")
     bounds = np.searchsorted(height[src][by_level], np.arange(1, int(height.max()) + 2))
@@ -154,11 +161,11 @@ def optimistic_cost_table(problem: Problem, allowed: np.ndarray | None = None) -
     task_bounds = np.searchsorted(height[tasks_by_level], np.arange(0, int(height.max()) + 2))
     for level in range(1, int(height.max()) + 1):
         e = by_level[bounds[level - 1] : bounds[level]]
-        u, v, d = src[e], dst[e], problem.delay[e]
+        u, v, d = src[e], dst[e], problem.delay[e] * link
         value = np.minimum(through[v], (cheapest[v] + d)[:, None])
         np.maximum.at(oct_, u, value)
         mine = tasks_by_level[task_bounds[level] : task_bounds[level + 1]]
-        through[mine] = np.where(allowed[mine], oct_[mine] + problem.duration[mine, None], big)
+        through[mine] = np.where(allowed[mine], oct_[mine] + on[mine], big)
         cheapest[mine] = through[mine].min(axis=1)
     return oct_
 
@@ -191,7 +198,9 @@ def fcp(problem: Problem, /, *, objective: str = "makespan", time_limit: float |
     order (FIFO) for a place among them; each task is appended to one of two processors, the one
     that comes idle first or the one its last message comes from, whichever lets it start first.
     O(V (P + log P) + E) here (allowed sets are scanned; the paper's O(V log P + E) keeps the
-    processors in a heap). Under memory limits: list placement with this priority.
+    processors in a heap). Under memory limits: list placement with this priority. On heterogeneous
+    processors the first candidate is the one where the task would end first once it is idle, and
+    the choice between the two is by finish time.
 
     >>> from solvers import Problem
     >>> fcp(Problem(duration=[3, 1, 1], num_processors=2)).objective
@@ -200,8 +209,9 @@ def fcp(problem: Problem, /, *, objective: str = "makespan", time_limit: float |
     allowed = effective_allowed(problem)
 
     def keys() -> np.ndarray:
-        dur = problem.duration
-        return longest_to_sinks(problem.topological_order(), problem.num_tasks, problem.edges, dur, problem.delay) + dur
+        dur = mean_durations(problem, allowed)  # in 1/64 time steps, like the delays
+        delay = np.rint(problem.delay * _mean_link(problem) * 64).astype(np.int64)
+        return longest_to_sinks(problem.topological_order(), problem.num_tasks, problem.edges, dur, delay) + dur
 
     if infeasible_reason(problem, allowed) or _has_memory(problem):
         return _run(problem, "fcp", objective, keys, None, time_limit)
@@ -233,6 +243,7 @@ def _fcp_place(problem: Problem, allowed: np.ndarray, keys: np.ndarray, deadline
     sets = [np.flatnonzero(row).tolist() for row in allowed] if not allowed.all() else None
     every = list(range(P))
     dur, group, key = problem.duration.tolist(), problem.group.tolist(), keys.tolist()
+    don, lnk = _speeds(problem)
     gproc: dict[int, int] = {}
     proc, start, end = [-1] * n, [0] * n, [0] * n
     idle = [0] * P  # when each processor's last task ends
@@ -259,13 +270,17 @@ def _fcp_place(problem: Problem, allowed: np.ndarray, keys: np.ndarray, deadline
         if group[t] >= 0 and group[t] in gproc:
             cands = [gproc[group[t]]]
         else:
-            first = min(mine, key=idle.__getitem__)
+            if don is None:
+                first = min(mine, key=idle.__getitem__)
+            else:  # heterogeneous processors: the one where the task would end first once it is idle
+                first = min(mine, key=lambda q: idle[q] + don[t][q])
             cands = [first]
             last, enabling = -1, -1
             for k in range(pptr[t], pptr[t + 1]):
                 u = psrc[k]
-                if end[u] + pdel[k] > last:
-                    last, enabling = end[u] + pdel[k], proc[u]
+                c = end[u] + (pdel[k] if lnk is None else pdel[k] * lnk[proc[u]][first])
+                if c > last:
+                    last, enabling = c, proc[u]
             if enabling >= 0 and enabling != first and allowed[t, enabling]:
                 cands.append(enabling)
         best = None
@@ -273,11 +288,15 @@ def _fcp_place(problem: Problem, allowed: np.ndarray, keys: np.ndarray, deadline
             s = idle[q]
             for k in range(pptr[t], pptr[t + 1]):
                 u = psrc[k]
-                s = max(s, end[u] + (pdel[k] if proc[u] != q else 0))
-            if best is None or (s, q) < best:
-                best = (s, q)
-        s, q = best
-        proc[t], start[t], end[t] = q, s, s + dur[t]
+                if proc[u] != q:
+                    s = max(s, end[u] + (pdel[k] if lnk is None else pdel[k] * lnk[proc[u]][q]))
+                else:
+                    s = max(s, end[u])
+            d = dur[t] if don is None else don[t][q]
+            if best is None or (s + d, s, q) < best:
+                best = (s + d, s, q)
+        _, s, q = best
+        proc[t], start[t], end[t] = q, s, s + dur[t] if don is None else s + don[t][q]
         idle[q] = end[t]
         if group[t] >= 0:
             gproc.setdefault(group[t], q)

@@ -67,8 +67,8 @@ def effective_allowed(problem: Problem) -> np.ndarray:
 
 def mean_delays(problem: Problem, allowed: np.ndarray | None = None) -> np.ndarray:
     """Each edge's delay times the chance that two processors drawn from its tasks' allowed sets
-    differ (0 inside an affinity group), in units of 1/64 of a time step: the transfer cost the
-    rank-based heuristics count before placement."""
+    differ (0 inside an affinity group) and the mean link factor, in units of 1/64 of a time step:
+    the transfer cost the rank-based heuristics count before placement."""
     allowed = effective_allowed(problem) if allowed is None else allowed
     u, v = problem.edges[:, 0], problem.edges[:, 1]
     count = allowed.sum(axis=1)
@@ -77,7 +77,25 @@ def mean_delays(problem: Problem, allowed: np.ndarray | None = None) -> np.ndarr
         common += allowed[u, q] & allowed[v, q]
     differ = 1.0 - common / (count[u] * count[v])
     differ[(problem.group[u] >= 0) & (problem.group[u] == problem.group[v])] = 0.0
-    return np.rint(problem.delay * differ * _SCALE).astype(np.int64)
+    return np.rint(problem.delay * differ * _mean_link(problem) * _SCALE).astype(np.int64)
+
+
+def _mean_link(problem: Problem) -> float:
+    """The mean link factor between two different processors (1 without ``link``)."""
+    P = problem.num_processors
+    if problem.link is None or P < 2:
+        return 1.0
+    return float(problem.link_matrix().sum() / (P * (P - 1)))
+
+
+def mean_durations(problem: Problem, allowed: np.ndarray | None = None) -> np.ndarray:
+    """Each task's mean duration over its allowed processors, in units of 1/64 of a time step
+    (HEFT's average computation cost; the duration itself on equal processors)."""
+    if problem.duration_on is None:
+        return problem.duration * _SCALE
+    allowed = effective_allowed(problem) if allowed is None else allowed
+    count = np.maximum(allowed.sum(axis=1), 1)
+    return np.rint(np.where(allowed, problem.duration_on, 0).sum(axis=1) * _SCALE / count).astype(np.int64)
 
 
 def upward_rank(problem: Problem, allowed: np.ndarray | None = None) -> np.ndarray:
@@ -91,7 +109,7 @@ def upward_rank(problem: Problem, allowed: np.ndarray | None = None) -> np.ndarr
     [6.0, 3.0]
     """
     weight = mean_delays(problem, allowed)
-    dur = problem.duration * _SCALE
+    dur = mean_durations(problem, allowed)
     return longest_to_sinks(problem.topological_order(), problem.num_tasks, problem.edges, dur, weight) + dur
 
 
@@ -106,7 +124,7 @@ def downward_rank(problem: Problem, allowed: np.ndarray | None = None) -> np.nda
     [0.0, 3.0]
     """
     weight = mean_delays(problem, allowed)
-    dur = problem.duration * _SCALE
+    dur = mean_durations(problem, allowed)
     return longest_from_sources(problem.topological_order(), problem.num_tasks, problem.edges, dur, weight)
 
 
@@ -352,6 +370,7 @@ def _insert(
     indeg = np.bincount(dst, minlength=n).tolist()
     fixed, pattern, patterns = _candidates(allowed)
     dur, group, key = problem.duration.tolist(), problem.group.tolist(), keys.tolist()
+    don, lnk = _speeds(problem)
     pin = pinned.tolist() if pinned is not None else [-1] * n
     # each processor's idle gaps before its last task, by time, and when its last task ends
     gap_starts: list[list[int]] = [[] for _ in range(P)]
@@ -380,9 +399,14 @@ def _insert(
             arrive = 0
             for k in range(pptr[t], pptr[t + 1]):
                 u = psrc[k]
-                arrive = max(arrive, end[u] + (pdel[k] if proc[u] != q else 0))
-            s = _earliest_gap(gap_starts[q], gap_ends[q], tail[q], arrive, dur[t])
-            f = s + dur[t]
+                if proc[u] != q:
+                    c = end[u] + (pdel[k] if lnk is None else pdel[k] * lnk[proc[u]][q])
+                else:
+                    c = end[u]
+                arrive = max(arrive, c)
+            d = dur[t] if don is None else don[t][q]
+            s = _earliest_gap(gap_starts[q], gap_ends[q], tail[q], arrive, d)
+            f = s + d
             option = (f + cost[q] if cost is not None else f, f, s, q)
             if best is None or option < best:
                 best = option
@@ -402,6 +426,15 @@ def _insert(
     for t in by_time:
         tasks[proc[t]].append(t)
     return Schedule(np.array(proc, dtype=np.int64), np.array(start, dtype=np.int64)), tasks
+
+
+def _speeds(problem: Problem) -> tuple[list[list[int]] | None, list[list[int]] | None]:
+    """Per task and processor its duration, and per processor pair the link factor, as nested lists
+    for the placement loops; None where the problem is uniform (the loops then use ``duration`` and
+    ``delay``)."""
+    don = problem.duration_on.tolist() if problem.duration_on is not None else None
+    lnk = problem.link_matrix().tolist() if problem.link is not None else None
+    return don, lnk
 
 
 def _earliest_gap(gap_starts: list[int], gap_ends: list[int], tail: int, ready: int, duration: int) -> int:
@@ -463,6 +496,7 @@ def _place(
 
     fixed, pattern, patterns = _candidates(allowed)
     dur, mem, group = problem.duration.tolist(), problem.mem_delta.tolist(), problem.group.tolist()
+    don, lnk = _speeds(problem)
     cap, cur, avail, backlog = problem.capacity.tolist(), [0] * P, [0] * P, [0] * P
     gproc: dict[int, int] = {}
     proc, start, end = [-1] * n, [0] * n, [0] * n
@@ -493,6 +527,16 @@ def _place(
             q = gproc.get(group[t], -1)
         if q >= 0:
             ready = arrival(t, q)
+        elif don is not None or lnk is not None:  # heterogeneous: where it would finish first
+            best, m = None, mem[t]
+            for r in patterns[pattern[t]]:
+                c = arrival(t, r)
+                free = (avail[r] if avail[r] > now else now) + backlog[r]
+                key = (cur[r] + m > cap[r], (free if free > c else c) + (dur[t] if don is None else don[t][r]))
+                if best is None or key < best:
+                    best, q, ready = key, r, c
+            if group[t] >= 0:
+                gproc[group[t]] = q
         else:
             # the latest arrival counting every delay (top, from processor top_q); on top_q the
             # task waits instead for the latest arrival from elsewhere or the latest end there
@@ -518,7 +562,7 @@ def _place(
                 gproc[group[t]] = q
         heappush(waiting[q], (ready, pos_of[t]))
         assigned[t] = q
-        backlog[q] += dur[t]
+        backlog[q] += dur[t] if don is None else don[t][q]
         heappush(events, (next_time(q), q))
 
     def arrival(t: int, r: int) -> int:
@@ -526,7 +570,10 @@ def _place(
         ready = 0
         for k in range(pptr[t], pptr[t + 1]):
             p = psrc[k]
-            c = end[p] + pdel[k] if proc[p] != r else end[p]
+            if proc[p] != r:
+                c = end[p] + (pdel[k] if lnk is None else pdel[k] * lnk[proc[p]][r])
+            else:
+                c = end[p]
             if c > ready:
                 ready = c
         return ready
@@ -534,8 +581,8 @@ def _place(
     def move(t: int, r: int) -> None:
         """Re-queue a memory-blocked task on processor ``r``, where it fits."""
         q = assigned[t]
-        backlog[q] -= dur[t]
-        backlog[r] += dur[t]
+        backlog[q] -= dur[t] if don is None else don[t][q]
+        backlog[r] += dur[t] if don is None else don[t][r]
         assigned[t] = r
         heappush(waiting[r], (arrival(t, r), pos_of[t]))
         heappush(events, (next_time(r), r))
@@ -545,7 +592,7 @@ def _place(
         best, pick = None, -1
         for r in patterns[pattern[t]]:
             if r != q and cur[r] + mem[t] <= cap[r]:
-                key = (max(avail[r], arrival(t, r)) + backlog[r], r)
+                key = (max(avail[r], arrival(t, r)) + backlog[r] + (0 if don is None else don[t][r]), r)
                 if best is None or key < best:
                     best, pick = key, r
         return pick
@@ -588,8 +635,9 @@ def _place(
             continue
         m = mem[t]
         proc[t], start[t] = q, now
-        end[t] = avail[q] = now + dur[t]
-        backlog[q] -= dur[t]
+        d = dur[t] if don is None else don[t][q]
+        end[t] = avail[q] = now + d
+        backlog[q] -= d
         sequence.append(t)
         if m:
             cur[q] += m
@@ -639,7 +687,12 @@ def _as_late_as_possible(problem: Problem, schedule: Schedule, orders: list[list
     """The same processor ``orders`` timed as late as possible within the same makespan (memory
     is unchanged: each processor's order, and so its running sum, stays the same)."""
     reverse = Problem(
-        duration=problem.duration, allowed=problem.allowed, edges=problem.edges[:, ::-1], delay=problem.delay
+        duration=problem.duration,
+        allowed=problem.allowed,
+        edges=problem.edges[:, ::-1],
+        delay=problem.delay,
+        duration_on=problem.duration_on,
+        link=problem.link.T if problem.link is not None else None,
     )
     back = time_orders(reverse, [order[::-1] for order in orders])
     return Schedule(processor=schedule.processor, start=schedule.makespan(problem) - back.end(problem))

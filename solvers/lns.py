@@ -78,6 +78,7 @@ def cpsat_lns(
         from). ``info`` counts the steps and the improving ones.
     """
     t0 = time.perf_counter()
+    problem.require_uniform("lns")
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r}; valid: {', '.join(OBJECTIVES)}")
     if window < 1:

@@ -68,6 +68,13 @@ class Problem:
         Without modes a task has one: one core for ``duration``.
     width : (P,) int, optional
         Cores per processor (default 1), shared cumulatively by the tasks running on it.
+    duration_on : (n, P) int, optional
+        Heterogeneous processors: ``duration_on[t, q]`` is task ``t``'s duration on processor ``q``
+        (processors of different speeds, or unrelated ones). ``duration`` must then be each task's
+        least over its allowed processors; `Problem.unrelated` sets it.
+    link : (P, P) int, optional
+        Heterogeneous links: an edge's transfer from processor ``p`` to ``q != p`` takes
+        ``delay * link[p, q]`` (default 1 everywhere; the diagonal is not used).
 
     A problem with modes or a processor wider than one core is *moldable*; the solvers of
     `solvers.moldable` schedule it, and the others refuse it.
@@ -85,6 +92,8 @@ class Problem:
     num_processors: int | None = field(default=None)
     modes: tuple | None = None
     width: np.ndarray | None = None
+    duration_on: np.ndarray | None = None
+    link: np.ndarray | None = None
 
     @classmethod
     def moldable(cls, modes, **kwargs) -> Problem:
@@ -96,6 +105,25 @@ class Problem:
         ([4, 3], [[1, 2], [1, 1]], True)
         """
         return cls(duration=[min(d for _, d in ms) if len(ms) else 0 for ms in modes], modes=modes, **kwargs)
+
+    @classmethod
+    def unrelated(cls, duration_on, **kwargs) -> Problem:
+        """A problem whose tasks take ``duration_on[t, q]`` on processor ``q``; ``duration`` is taken
+        as each task's least over its allowed processors.
+
+        >>> p = Problem.unrelated([[4, 2], [3, 6]], link=[[0, 2], [2, 0]])
+        >>> p.duration.tolist(), p.is_heterogeneous
+        ([2, 3], True)
+        """
+        on = np.asarray(duration_on, dtype=np.int64)
+        if on.ndim != 2 or on.shape[1] == 0:
+            raise ValueError(f"duration_on: expected an (n, P) integer array with P >= 1, got shape {on.shape}")
+        allowed = kwargs.get("allowed")
+        if allowed is not None and np.shape(allowed) == on.shape:
+            on_allowed = np.where(np.asarray(allowed, dtype=bool), on, np.iinfo(np.int64).max)
+        else:
+            on_allowed = on
+        return cls(duration=on_allowed.min(axis=1), duration_on=on, num_processors=on.shape[1], **kwargs)
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -151,6 +179,7 @@ class Problem:
             raise ValueError(f"group: expected {n} values, got {len(grp)}")
         set_(self, "group", grp)
         self._init_modes(n, P)
+        self._init_speeds(n, P)
         for attr, count in (("names", n), ("processor_names", P)):
             labels = getattr(self, attr)
             if labels is not None:
@@ -200,6 +229,73 @@ class Problem:
             arr.setflags(write=False)
             set_(self, name, arr)
 
+    def _init_speeds(self, n: int, P: int) -> None:
+        set_ = object.__setattr__
+        if self.duration_on is not None:
+            on = np.asarray(self.duration_on, dtype=np.int64).reshape(-1, P) if n else np.zeros((0, P), np.int64)
+            if on.shape != (n, P):
+                raise ValueError(f"duration_on: expected shape ({n}, {P}), got {on.shape}")
+            if (on < 0).any():
+                t = int(np.argwhere(on < 0)[0, 0])
+                raise ValueError(f"duration_on: task {self._label(t)} has a negative duration")
+            if self.modes is not None or (self.width > 1).any():
+                raise ValueError("duration_on: moldable problems (modes, width) cannot also be heterogeneous")
+            least = np.where(self.allowed, on, np.iinfo(np.int64).max).min(axis=1, initial=np.iinfo(np.int64).max)
+            bad = np.flatnonzero(least != self.duration)
+            if len(bad):
+                t = int(bad[0])
+                raise ValueError(
+                    f"duration_on: task {self._label(t)}: duration {self.duration[t]} is not its least over its "
+                    f"allowed processors ({least[t]}); Problem.unrelated sets it"
+                )
+            on = on.copy()
+            on.setflags(write=False)
+            set_(self, "duration_on", on)
+        if self.link is not None:
+            link = np.asarray(self.link, dtype=np.int64)
+            if link.shape != (P, P) or (link < 0).any():
+                raise ValueError(f"link: expected a ({P}, {P}) array of non-negative delay factors")
+            link = link.copy()
+            link.setflags(write=False)
+            set_(self, "link", link)
+
+    @property
+    def is_heterogeneous(self) -> bool:
+        """Whether durations depend on the processor (``duration_on``) or delays on the link (``link``)."""
+        return self.duration_on is not None or self.link is not None
+
+    def require_uniform(self, who: str) -> None:
+        """``ValueError`` when the problem is heterogeneous: ``who`` assumes equal processors and links."""
+        if self.is_heterogeneous:
+            raise ValueError(
+                f"{who}: this problem has heterogeneous processors or links (duration_on, link); use list, heft, "
+                "cpop, peft, fcp or best"
+            )
+
+    def durations_on(self, processor: np.ndarray) -> np.ndarray:
+        """Each task's duration on the processor given for it (processors out of range are clipped)."""
+        if self.duration_on is None:
+            return self.duration
+        q = np.clip(np.asarray(processor, dtype=np.int64), 0, self.num_processors - 1)
+        return self.duration_on[np.arange(len(q)), q]
+
+    def edge_delays(self, processor: np.ndarray) -> np.ndarray:
+        """Each edge's transfer time for the processors given to its tasks: 0 on one processor, else its
+        delay (times the link factor between the two processors)."""
+        u, v = self.edges[:, 0], self.edges[:, 1]
+        pu, pv = processor[u], processor[v]
+        differ = pu != pv
+        if self.link is None:
+            return np.where(differ, self.delay, 0)
+        return np.where(differ, self.delay * self.link[pu, pv], 0)
+
+    def link_matrix(self) -> np.ndarray:
+        """(P, P) link factors with a zero diagonal (ones elsewhere without ``link``)."""
+        P = self.num_processors
+        link = np.ones((P, P), np.int64) if self.link is None else self.link.copy()
+        np.fill_diagonal(link, 0)
+        return link
+
     @property
     def is_moldable(self) -> bool:
         """Whether tasks have modes or a processor has more than one core (see `solvers.moldable`)."""
@@ -237,7 +333,8 @@ class Problem:
         """Each edge's delay where its ends are bound to different processors (surely paid), else 0."""
         fixed = self.fixed_processor()
         u, v = self.edges[:, 0], self.edges[:, 1]
-        return np.where((fixed[u] >= 0) & (fixed[v] >= 0) & (fixed[u] != fixed[v]), self.delay, 0)
+        both = (fixed[u] >= 0) & (fixed[v] >= 0)
+        return np.where(both, self.edge_delays(np.maximum(fixed, 0)), 0)
 
     def topological_order(self) -> np.ndarray:
         """Task indices in a topological order; raises ``ValueError`` on a cycle."""
@@ -269,7 +366,7 @@ class Schedule:
     def durations(self, problem: Problem) -> np.ndarray:
         """Each task's duration in its mode (``problem.duration`` for a problem without modes)."""
         if problem.modes is None:
-            return problem.duration
+            return problem.durations_on(self.processor)
         mode = np.clip(self.mode, 0, problem.mode_count - 1)  # a bad mode is reported by validate
         return problem.mode_duration[np.arange(len(mode)), mode]
 

@@ -80,7 +80,7 @@ def time_orders(
     n = problem.num_tasks
     proc = check_orders(problem, orders)
     src, dst = problem.edges[:, 0], problem.edges[:, 1]
-    w = np.where(proc[src] != proc[dst], problem.delay, 0)
+    w = problem.edge_delays(proc)
     chain_src = np.concatenate(
         [np.asarray(o[:-1], dtype=np.int64) for o in orders if len(o) > 1] or [np.zeros(0, np.int64)]
     )
@@ -92,7 +92,7 @@ def time_orders(
     all_w = np.concatenate([w, np.zeros(len(chain_src), dtype=np.int64)])
     indptr, targets, eid = csr(n, all_src, all_dst)
     ptr, tgt, wt, eids = indptr.tolist(), targets.tolist(), all_w[eid].tolist(), eid.tolist()
-    dur = problem.duration.tolist()
+    dur = problem.durations_on(proc).tolist()
     deg = np.bincount(all_dst, minlength=n).tolist()
     start = [0] * n
     queue = deque(i for i in range(n) if deg[i] == 0)

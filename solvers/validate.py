@@ -96,7 +96,7 @@ def violations(problem: Problem, schedule: Schedule, limit: int = 20) -> list[Vi
 
     if len(problem.edges):
         u, v = problem.edges[:, 0], problem.edges[:, 1]
-        need = end[u] + np.where(proc[u] != proc[v], problem.delay, 0)
+        need = end[u] + problem.edge_delays(proc)
         short = need - start[v]
         for e in np.flatnonzero(short > 0)[:limit].tolist():
             a, b, d = int(u[e]), int(v[e]), int(need[e] - end[u[e]])

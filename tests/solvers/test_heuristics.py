@@ -6,11 +6,12 @@ from __future__ import annotations
 import doctest
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import solvers.heuristics
-from solvers import Problem, lower_bound, solve, solver_names, validate
+from solvers import InvalidSchedule, Problem, Schedule, lower_bound, solve, solver_names, validate
 from solvers.heuristics import best, cpop, critical_path, fcp, optimistic_cost_table, peft
 from solvers.listsched import heft, list_schedule
 from tests.solvers.strategies import brute_force, problems
@@ -148,3 +149,84 @@ def test_fcp_appends_to_the_processor_its_last_message_comes_from():
     validate(p, r.schedule)
     assert r.schedule.processor[2] == r.schedule.processor[1] != r.schedule.processor[0]
     assert r.schedule.start[2] == 7
+
+
+# -- heterogeneous processors and links ------------------------------------------------------------
+
+
+@st.composite
+def heterogeneous(draw, max_tasks: int = 12, max_processors: int = 3, memory: bool = True) -> Problem:
+    """A random problem of `problems`, its tasks given a duration per processor and its links a
+    delay factor per processor pair."""
+    base = draw(problems(max_tasks=max_tasks, max_processors=max_processors, memory=memory))
+    n, P = base.num_tasks, base.num_processors
+    on = draw(st.lists(st.lists(st.integers(0, 9), min_size=P, max_size=P), min_size=n, max_size=n))
+    link = draw(st.lists(st.lists(st.integers(0, 3), min_size=P, max_size=P), min_size=P, max_size=P))
+    return Problem.unrelated(
+        on, allowed=base.allowed, edges=base.edges, delay=base.delay, mem_delta=base.mem_delta,
+        capacity=base.capacity, group=base.group, link=link,
+    )  # fmt: skip
+
+
+@settings(max_examples=150, deadline=None)
+@given(heterogeneous(max_tasks=20, max_processors=4))
+def test_every_heuristic_is_valid_and_above_the_bound_on_heterogeneous_problems(p):
+    for f in (list_schedule, heft, cpop, peft, fcp, best):
+        r = f(p)
+        if r.schedule is not None:
+            validate(p, r.schedule)
+            assert r.objective >= r.lower_bound
+
+
+@settings(max_examples=60, deadline=None)
+@given(heterogeneous(max_tasks=6, max_processors=2))
+def test_heterogeneous_bound_and_schedules_against_brute_force(p):
+    """The bound never passes the optimum (brute force times each order with the processor's
+    durations and the link's delays); no heuristic beats it."""
+    optimum = brute_force(p)
+    r = best(p)
+    if optimum is not None:
+        assert r.lower_bound <= optimum[0]
+    if r.schedule is not None:
+        assert optimum is not None and r.objective >= optimum[0]
+
+
+def test_validator_counts_the_processors_duration_and_the_links_delay():
+    p = Problem.unrelated([[2, 6], [3, 3]], edges=[[0, 1]], delay=[2], link=[[0, 3], [1, 0]])
+    # task 0 on processor 1 takes 6; 0 -> 1 from processor 1 to 0 takes 2 * 1, from 0 to 1 takes 2 * 3
+    validate(p, Schedule(processor=[1, 0], start=[0, 8]))
+    validate(p, Schedule(processor=[0, 1], start=[0, 8]))
+    with pytest.raises(InvalidSchedule, match="short by 1"):
+        validate(p, Schedule(processor=[0, 1], start=[0, 7]))
+    with pytest.raises(InvalidSchedule, match="short by 1"):
+        validate(p, Schedule(processor=[1, 0], start=[0, 7]))
+
+
+def test_heft_uses_the_fast_processor():
+    """Processor 1 runs everything four times faster: a chain of three goes there."""
+    on = [[8, 2], [8, 2], [8, 2]]
+    p = Problem.unrelated(on, edges=[[0, 1], [1, 2]], delay=[1, 1])
+    for f in (list_schedule, heft, cpop, peft, fcp):
+        r = f(p)
+        assert r.schedule.processor.tolist() == [1, 1, 1] and r.objective == 6, f.__name__
+
+
+def test_problem_checks_heterogeneous_fields():
+    with pytest.raises(ValueError, match="is not its least"):
+        Problem(duration=[3], duration_on=[[2, 3]], num_processors=2)
+    with pytest.raises(ValueError, match=r"link: expected a \(2, 2\)"):
+        Problem(duration=[1], num_processors=2, link=[[0, 1]])
+    with pytest.raises(ValueError, match="negative"):
+        Problem.unrelated([[-1, 2]])
+    with pytest.raises(ValueError, match="moldable"):
+        Problem.unrelated([[1]], width=[2])
+    p = Problem.unrelated([[5, 1]], allowed=[[True, False]])
+    assert p.duration.tolist() == [5]
+
+
+def test_cpsat_and_lns_refuse_heterogeneous_problems():
+    p = Problem.unrelated([[1, 2]], link=[[0, 1], [1, 0]])
+    for name in ("cpsat", "lns"):
+        pytest.importorskip("ortools")
+        with pytest.raises(ValueError, match="heterogeneous"):
+            solve(p, name)
