@@ -53,7 +53,8 @@ EFFICIENT_SLACK = 0.10
 
 def _check(problem: Problem) -> None:
     """What the moldable solvers do not handle is refused: memory, affinity groups, and delays on
-    edges whose ends are not bound to one processor each."""
+    edges whose ends are not bound to one processor each, and heterogeneous processors or links."""
+    problem.require_uniform("moldable")
     if (problem.mem_delta != 0).any():
         raise ValueError("moldable: memory deltas are not supported by the moldable solvers")
     if (problem.group >= 0).any():

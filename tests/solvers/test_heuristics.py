@@ -230,3 +230,10 @@ def test_cpsat_and_lns_refuse_heterogeneous_problems():
         pytest.importorskip("ortools")
         with pytest.raises(ValueError, match="heterogeneous"):
             solve(p, name)
+
+
+def test_moldable_solvers_refuse_heterogeneous_problems():
+    from solvers.moldable import list_moldable
+
+    with pytest.raises(ValueError, match="heterogeneous"):
+        list_moldable(Problem.unrelated([[1, 2]]))
