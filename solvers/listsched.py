@@ -44,16 +44,32 @@ PRIORITIES = ("upward_rank", "index")
 
 _SCALE = 64  # fixed-point scale of the mean transfer delays inside the upward rank
 
+MAX_GAPS = 512
+"""Idle gaps per processor that insertion (`heft`, `cpop`, `peft`) still offers: the most recent."""
+
 
 def effective_allowed(problem: Problem) -> np.ndarray:
-    """``allowed`` narrowed so that all tasks of an affinity group share the same allowed set.
+    """``allowed`` narrowed so that all tasks of an affinity group share the same allowed set, and
+    without the processors where a task's allocation can never fit (more than the capacity plus
+    everything that may be released there), unless that leaves it none (`infeasible_reason` then
+    says why).
 
     >>> from solvers import Problem
     >>> p = Problem(duration=[1, 1], allowed=[[1, 1], [0, 1]], group=[0, 0])
     >>> effective_allowed(p).astype(int).tolist()
     [[0, 1], [0, 1]]
+    >>> p = Problem(duration=[1, 1], num_processors=2, mem_delta=[4, 1], capacity=[3, 9], group=[0, 0])
+    >>> effective_allowed(p).astype(int).tolist()
+    [[0, 1], [0, 1]]
     """
     allowed = problem.allowed
+    if (problem.mem_delta > 0).any():
+        freed = (np.maximum(-problem.mem_delta, 0) @ allowed).astype(np.int64)
+        never = problem.mem_delta[:, None] > (problem.capacity + freed)[None, :]
+        fits = allowed & ~never
+        keep = fits.any(axis=1)
+        if (keep & never.any(axis=1) & allowed.any(axis=1)).any():
+            allowed = np.where(keep[:, None], fits, allowed)
     grouped = problem.group >= 0
     if not grouped.any():
         return allowed
@@ -186,7 +202,9 @@ def heft(
     """HEFT (Topcuoglu et al., 2002): tasks in upward-rank order, each on the processor where it
     *finishes* first, inserted into the earliest idle gap there that is long enough after its data
     arrives. O(V P g) for g the idle gaps scanned per placement (few on a busy processor: 196,608
-    pipeline tasks on 64 ranks take 2.2 s, as list scheduling does).
+    pipeline tasks on 64 ranks take 2.2 s, as list scheduling does). Each processor keeps its last
+    `MAX_GAPS` idle gaps; older ones are no longer offered (on a graph with fewer gaps this is
+    exactly HEFT; it keeps g and each gap update bounded on a million tasks).
 
     Insertion reorders a processor's tasks after the fact, which memory limits do not survive (a
     processor's usage is no longer the running sum of its order): with memory, or with fixed
@@ -247,6 +265,13 @@ def _schedule(
         placed = _insert(problem, allowed, keys, deadline, pinned, extra)
     else:
         placed = _place(problem, allowed, keys, chain, deadline)
+        repairs = 0
+        while isinstance(placed, _Stuck) and repairs < MAX_REPAIRS and time.perf_counter() < deadline:
+            narrowed = _release_for(problem, allowed, placed)
+            if narrowed is None:
+                break
+            allowed, repairs = narrowed, repairs + 1
+            placed = _place(problem, allowed, keys, chain, deadline)
     bound = lower_bound(problem, objective)
     if isinstance(placed, str):
         return Result(None, "unknown", None, bound, time.perf_counter() - t0, solver, objective, {"reason": placed})
@@ -261,8 +286,78 @@ def _schedule(
     return Result(schedule, status, value, bound, time.perf_counter() - t0, solver, objective, info)
 
 
+class _Stuck(str):
+    """`_place`'s message when memory blocks every ready task, with the blocked tasks (each with the
+    processor it waits on) and where the placed tasks went."""
+
+    def __new__(cls, message: str, stuck: list[tuple[int, int]], proc: list[int]):
+        self = super().__new__(cls, message)
+        self.stuck, self.proc = stuck, proc
+        return self
+
+
+MAX_REPAIRS = 16
+"""Restarts of list scheduling after a memory deadlock, each with one releasing task moved."""
+
+
+def _release_for(problem: Problem, allowed: np.ndarray, stuck: _Stuck) -> np.ndarray | None:
+    """``allowed`` with one releasing task bound to the processor where a blocked task waits, or
+    None when no such task can help.
+
+    A blocked task waits for memory that no task still to come releases on its processor. Tried in
+    turn, each with a task's affinity group, and never with a task that runs after the blocked one
+    (its descendant): bind there the largest release that may run there but went elsewhere (by its
+    group's net release: a group that allocates more than it releases does not help); move
+    elsewhere the largest allocation placed there that may run elsewhere; move the blocked task
+    itself elsewhere. Each step removes processors from an allowed set, so repairs end."""
+    n = problem.num_tasks
+    sptr, stgt, _ = csr(n, problem.edges[:, 0], problem.edges[:, 1])
+    mem, group = problem.mem_delta, problem.group
+    for t, q in stuck.stuck:
+        later = np.zeros(n, dtype=bool)
+        todo = [t]
+        while todo:  # t and its descendants
+            u = todo.pop()
+            if not later[u]:
+                later[u] = True
+                todo.extend(stgt[sptr[u] : sptr[u + 1]].tolist())
+        proc = np.asarray(stuck.proc)
+        # a task's release counts with its whole group's (a group that allocates more drags that along)
+        grouped = group >= 0
+        net = mem.copy()
+        if grouped.any():
+            ids, inverse = np.unique(group[grouped], return_inverse=True)
+            net[grouped] = np.bincount(inverse, weights=mem[grouped]).astype(np.int64)[inverse]
+        helps = (mem < 0) & (net < 0) & allowed[:, q] & (allowed.sum(axis=1) > 1) & (proc != q) & ~later
+        candidates = np.flatnonzero(helps)
+        if len(candidates):
+            r = int(candidates[np.lexsort((candidates, net[candidates]))[0]])  # the largest release
+            members = np.flatnonzero(group == group[r]) if group[r] >= 0 else np.array([r])
+            allowed = allowed.copy()
+            allowed[members] = False
+            allowed[members, q] = True
+            return allowed
+        # an allocation placed there that may run elsewhere goes elsewhere (the largest)
+        holds = (mem > 0) & (proc == q) & (allowed.sum(axis=1) > 1) & ~later
+        candidates = np.flatnonzero(holds)
+        if len(candidates):
+            r = int(candidates[np.lexsort((candidates, -mem[candidates]))[0]])
+            members = np.flatnonzero(group == group[r]) if group[r] >= 0 else np.array([r])
+            allowed = allowed.copy()
+            allowed[members, q] = False
+            return allowed
+        # nothing can release more there: the blocked task (with its group) leaves that processor
+        members = np.flatnonzero(group == group[t]) if group[t] >= 0 else np.array([t])
+        if allowed[t].sum() > 1:
+            allowed = allowed.copy()
+            allowed[members, q] = False
+            return allowed
+    return None
+
+
 def infeasible_reason(problem: Problem, allowed: np.ndarray) -> str:
-    """Why no schedule can exist, judged task by task (``allowed`` from `effective_allowed`):
+    """Why no schedule can exist, judged task by task (``allowed`` from `effective_allowed`, which
+    already leaves out processors where a task's allocation can never fit):
     an affinity group without a common processor, or an allocation larger than the capacity plus
     all releases of every processor the task may use. Empty when no such reason is seen."""
     none = np.flatnonzero(~allowed.any(axis=1))
@@ -442,27 +537,35 @@ def _earliest_gap(gap_starts: list[int], gap_ends: list[int], tail: int, ready: 
     (gaps by time, disjoint), else after its last task (``tail``). Scans gaps, not tasks: few on a
     busy processor."""
     i = bisect.bisect_right(gap_ends, ready)  # gaps over by ``ready`` cannot take it
-    while i < len(gap_starts):
-        t = max(ready, gap_starts[i])
-        if t + duration <= gap_ends[i]:
-            return t
-        i += 1
-    return max(ready, tail)
+    n = len(gap_starts)
+    if i < n:
+        s = gap_starts[i] if gap_starts[i] > ready else ready  # the only gap that may hold ``ready``
+        if s + duration <= gap_ends[i]:
+            return s
+        for k in range(i + 1, n):  # later gaps start after ``ready``
+            if gap_ends[k] - gap_starts[k] >= duration:
+                return gap_starts[k]
+    return ready if ready > tail else tail
 
 
 def _occupy(gap_starts: list[int], gap_ends: list[int], tail: int, s: int, f: int) -> int:
     """Mark ``[s, f)`` busy on a processor whose last task ends at ``tail``: after it (a new gap
-    before it), or inside one of its gaps (split in two, empty halves dropped). Returns the new tail."""
+    before it, the oldest of more than `MAX_GAPS` dropped), or inside one of its gaps (split in two,
+    empty halves dropped). Returns the new tail."""
     if s >= tail:
         if s > tail:
             gap_starts.append(tail)
             gap_ends.append(s)
+            if len(gap_starts) > MAX_GAPS:
+                del gap_starts[0], gap_ends[0]
         return max(tail, f)
     i = bisect.bisect_right(gap_starts, s) - 1  # the gap holding [s, f)
     gs, ge = gap_starts[i], gap_ends[i]
     parts = [(a, b) for a, b in ((gs, s), (f, ge)) if b > a]
     gap_starts[i : i + 1] = [a for a, _ in parts]
     gap_ends[i : i + 1] = [b for _, b in parts]
+    if len(gap_starts) > MAX_GAPS:
+        del gap_starts[0], gap_ends[0]
     return tail
 
 
@@ -672,9 +775,11 @@ def _place(
                 f"orders: the given orders contradict the precedences ({problem.task_label(t)} can never start)"
             )
         t = stuck[0]
-        return (
+        return _Stuck(
             f"memory: {len(stuck)} ready tasks fit on no processor (first: {problem.task_label(t)}, "
-            f"allocating {mem[t]}); {n - len(sequence)} tasks unplaced"
+            f"allocating {mem[t]}); {n - len(sequence)} tasks unplaced",
+            [(u, assigned[u]) for u in stuck],
+            proc,
         )
     orders: list[list[int]] = [[] for _ in range(P)]
     for t in sequence:

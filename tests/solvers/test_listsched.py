@@ -319,3 +319,82 @@ def test_heft_with_memory_limits_keeps_list_placement():
     p = Problem(duration=[1, 1, 1], edges=[[0, 1]], mem_delta=[4, -4, 4], capacity=[5])
     r = heft(p)
     assert r.info["variant"].startswith("list placement") and r.objective == list_schedule(p).objective
+
+
+# -- memory deadlocks: repaired, and compared with brute force -------------------------------------
+
+DEADLOCKED_BEFORE = [
+    # (durations, allowed, edges, memory deltas, capacities, groups): each deadlocked list scheduling
+    # before the repair; found by random search, each with a schedule brute force finds
+    ([5, 1, 5, 2], [[1, 1], [1, 1], [0, 1], [1, 1]], [[1, 3]], [0, 4, 0, -2], [1, 10**9], [1, 1, 0, 1]),
+    ([2, 6, 3, 5, 6], [[1, 1], [0, 1], [0, 1], [1, 1], [1, 0]], [[0, 2], [1, 3], [2, 4]], [-2, 0, 4, -1, -3],
+     [10**9, 1], [2, 0, 0, 0, 1]),
+    ([6, 2, 5, 2, 3, 6], [[1, 1], [1, 1], [1, 0], [0, 1], [1, 1], [1, 0]], [], [0, -3, 2, 0, -4, 0], [1, 10],
+     [2, -1, 0, -1, 1, 2]),
+    ([6, 0, 5, 3, 4], [[1, 1], [1, 0], [1, 1], [1, 1], [0, 1]], [[0, 1], [1, 2], [2, 3]], [0, -1, 0, -1, 4],
+     [10**9, 3], [-1, 2, 1, -1, -1]),
+    ([6, 0, 0, 0, 0], [[1, 1], [1, 1], [1, 0], [0, 1], [1, 0]], [[0, 1], [1, 2], [2, 4], [3, 4]], [0, 2, 2, 0, 3],
+     [5, 10**9], [-1, -1, 2, 1, -1]),
+    ([2, 5, 5, 5, 2, 6], [[1, 1], [0, 1], [1, 1], [1, 1], [1, 1], [1, 1]],
+     [[0, 2], [0, 3], [0, 4], [0, 5], [1, 3], [1, 4], [2, 5], [4, 5]], [3, 3, -1, -1, 0, 4], [1, 8],
+     [0, -1, 2, 0, 2, 1]),
+    ([3, 3, 3], [[1, 1], [1, 1], [1, 1]], [], [1, 4, -1], [3, 2], [0, 2, 1]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", range(len(DEADLOCKED_BEFORE)))
+def test_memory_deadlocks_are_repaired(case):
+    """A release bound where a blocked task waits, an allocation moved away, the blocked task moved,
+    and processors where an allocation never fits left out: each case deadlocked before."""
+    dur, allowed, edges, mem, cap, group = DEADLOCKED_BEFORE[case]
+    p = Problem(duration=dur, allowed=allowed, edges=np.array(edges, dtype=np.int64).reshape(-1, 2),
+                mem_delta=mem, capacity=cap, group=group)  # fmt: skip
+    r = list_schedule(p)
+    assert r.schedule is not None, r.info
+    validate(p, r.schedule)
+    assert r.objective >= brute_force(p)[0]
+
+
+def _compare_with_brute_force(cases: int, seed: int) -> tuple[int, list[Problem]]:
+    """``cases`` random tiny problems with memory limits and affinity groups: every list schedule is
+    valid, above the bound and never below brute force's optimum. Returns how many had a schedule
+    (by brute force) and those where list scheduling found none."""
+    rng = np.random.default_rng(seed)
+    feasible, missed = 0, []
+    for _ in range(cases):
+        n, P = int(rng.integers(1, 7)), int(rng.integers(1, 3))
+        allowed = rng.random((n, P)) < 0.6
+        allowed[np.arange(n), rng.integers(0, P, n)] = True
+        pairs = rng.integers(0, n, size=(int(rng.integers(0, 2 * n + 1)), 2))
+        edges = np.array(sorted({(min(u, v), max(u, v)) for u, v in pairs.tolist() if u != v}), dtype=np.int64)
+        p = Problem(
+            duration=rng.integers(0, 7, n), allowed=allowed, edges=edges.reshape(-1, 2),
+            delay=rng.integers(0, 5, len(edges)), mem_delta=rng.integers(-4, 5, n) * (rng.random(n) < 0.5),
+            capacity=[int(c) if rng.random() < 0.7 else 10**9 for c in rng.integers(0, 11, P)],
+            group=rng.integers(-1, 3, n),
+        )  # fmt: skip
+        r = list_schedule(p)
+        optimum = brute_force(p)
+        feasible += optimum is not None
+        if r.schedule is not None:
+            validate(p, r.schedule)
+            assert optimum is not None and r.objective >= max(optimum[0], r.lower_bound)
+        elif optimum is not None:
+            missed.append(p)
+    return feasible, missed
+
+
+# Allocations and releases of zero-length tasks at one instant (the validator counts releases first)
+# and a few packings no greedy order completes are still missed: 3 in 18,000 seeded cases here.
+MISSED_AT_MOST = 0.0005
+
+
+def test_list_schedules_against_brute_force():
+    feasible, missed = _compare_with_brute_force(300, seed=0)
+    assert len(missed) <= MISSED_AT_MOST * feasible, missed
+
+
+@pytest.mark.slow
+def test_list_schedules_against_brute_force_10k():
+    feasible, missed = _compare_with_brute_force(10_000, seed=1)
+    assert len(missed) <= MISSED_AT_MOST * feasible, [(p.duration.tolist(), p.mem_delta.tolist()) for p in missed]
