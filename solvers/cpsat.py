@@ -35,7 +35,8 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from solvers.bounds import heads_tails, lower_bound
-from solvers.listsched import effective_allowed, infeasible_reason, list_schedule
+from solvers.heuristics import best
+from solvers.listsched import effective_allowed, infeasible_reason
 from solvers.problem import OBJECTIVES, Problem, Result, Schedule
 from solvers.validate import validate, violations
 
@@ -121,8 +122,8 @@ def cpsat(
     if why:
         return Result(None, "infeasible", None, bound, time.perf_counter() - t0, "cpsat", objective, {"reason": why})
     if hint is None and keep_processor is None and order_pairs is None:
-        # start from list scheduling (within a quarter of the limit): never nothing where it finds one
-        hint = list_schedule(problem, objective=objective, time_limit=max(0.01, time_limit / 4)).schedule
+        # start from the best list heuristic (within a quarter of the limit): never worse than it
+        hint = best(problem, objective=objective, time_limit=max(0.01, time_limit / 4)).schedule
     hint_ok, hint_value, hint_note = _check_hint(problem, hint, objective)
     why = decline_reason(problem, time_limit)
     if why:  # refuse early: the search would not end in time

@@ -1,8 +1,8 @@
 """Large-neighbourhood search with CP-SAT: re-solve one window of the schedule at a time.
 
 A first CP-SAT call on the whole problem (a quarter of the time, at most five steps' worth) starts
-from the hint (or the list schedule); it may prove the optimum, and its bound is kept. Then each
-step picks ``window`` tasks that are consecutive in start order. Every other task keeps its
+from the hint (or the best list heuristic, `solvers.heuristics.best`); it may prove the optimum, and
+its bound is kept. Then each step picks ``window`` tasks that are consecutive in start order. Every other task keeps its
 processor and its order relative to the other kept tasks of that processor (its time may still
 move); the window's tasks may change processor and order. CP-SAT solves that restricted problem
 from the current schedule, and the step's result replaces the current schedule unless it is
@@ -28,7 +28,7 @@ from collections.abc import Callable
 import numpy as np
 
 from solvers.cpsat import cpsat
-from solvers.listsched import list_schedule
+from solvers.heuristics import best
 from solvers.problem import OBJECTIVES, Problem, Result, Schedule
 from solvers.validate import violations
 
@@ -59,7 +59,7 @@ def cpsat_lns(
         Tasks re-solved per step (consecutive in start order). A problem with at most ``window``
         tasks is solved by one plain `solvers.cpsat.cpsat` call.
     hint : Schedule, optional
-        Starting schedule; `list_schedule` when absent or invalid.
+        Starting schedule; `solvers.heuristics.best`'s when absent or invalid.
     step_limit : float
         CP-SAT time limit per step.
     workers, log
@@ -85,7 +85,7 @@ def cpsat_lns(
         raise ValueError(f"window: expected a positive number of tasks, got {window}")
     n = problem.num_tasks
     if hint is None or violations(problem, hint, limit=1):
-        hint = list_schedule(problem, objective=objective, time_limit=time_limit).schedule
+        hint = best(problem, objective=objective, time_limit=max(0.01, time_limit / 4)).schedule
     # one CP-SAT call on the whole problem first: it may prove the optimum, and its bound holds
     whole_limit = time_limit if n <= window else min(time_limit / 4, 5 * step_limit)
     whole = cpsat(

@@ -237,3 +237,19 @@ def test_moldable_solvers_refuse_heterogeneous_problems():
 
     with pytest.raises(ValueError, match="heterogeneous"):
         list_moldable(Problem.unrelated([[1, 2]]))
+
+
+@settings(max_examples=25, deadline=None)
+@given(comm_dags())
+def test_cpsat_and_lns_without_a_hint_are_never_worse_than_best(p):
+    """Both start from ``best``'s schedule when given none."""
+    pytest.importorskip("ortools")
+    from solvers.cpsat import cpsat
+    from solvers.lns import cpsat_lns
+
+    start = best(p)
+    for r in (cpsat(p, time_limit=0.5, workers=1), cpsat_lns(p, time_limit=0.5, window=5, step_limit=0.1, workers=1)):
+        if start.schedule is None:
+            continue
+        validate(p, r.schedule)
+        assert r.objective <= start.objective
