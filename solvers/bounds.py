@@ -16,6 +16,8 @@ Example
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from solvers.graph import longest_from_sources, longest_to_sinks
@@ -45,7 +47,7 @@ def lower_bounds(problem: Problem, objective: str = "makespan") -> dict[str, int
     P = problem.num_processors
     load = np.bincount(fixed[fixed >= 0], weights=dur[fixed >= 0], minlength=P).astype(np.int64)
     total = int(dur.sum())
-    work = max(int(load.max(initial=0)), -(-total // P))
+    work = max(int(load.max(initial=0)), -(-total // P), heterogeneous_work(problem))
     if objective == "span":
         return {"processor_work": work}
     if objective != "makespan":
@@ -59,6 +61,30 @@ def lower_bounds(problem: Problem, objective: str = "makespan") -> dict[str, int
             hwt = max(hwt, int(head[mine].min() + load[q] + tail[mine].min()))
     bounds["head_work_tail"] = hwt
     return bounds
+
+
+def heterogeneous_work(problem: Problem) -> int:
+    """A work bound for processors of different speeds (0 on equal ones).
+
+    Spreading the work fractionally (an LP relaxation: each task split among its allowed processors,
+    each processor busy at most T) needs, by LP duality, T >= sum over tasks of min over processors
+    of ``y[q] * duration_on[t, q]`` for any weights ``y >= 0`` summing to 1. Two weightings are
+    tried: equal, and in proportion to each processor's speed (the inverse of its mean duration);
+    on processors that differ only in speed the second is total cost over total speed.
+
+    >>> from solvers import Problem
+    >>> heterogeneous_work(Problem.unrelated([[4, 1], [4, 1], [4, 1], [4, 1], [4, 1]]))
+    4
+    """
+    if problem.duration_on is None or problem.num_tasks == 0:
+        return 0
+    mean = np.where(problem.allowed, problem.duration_on, 0).sum(axis=0) / np.maximum(problem.allowed.sum(axis=0), 1)
+    speed = np.where(mean > 0, 1 / np.maximum(mean, 1e-12), 0.0)
+    best = 0
+    for y in (np.full(problem.num_processors, 1 / problem.num_processors), speed / max(speed.sum(), 1e-12)):
+        value = np.where(problem.allowed, problem.duration_on * y[None, :], np.inf).min(axis=1).sum()
+        best = max(best, math.ceil(value - 1e-9))
+    return int(best)
 
 
 def lower_bound(problem: Problem, objective: str = "makespan") -> int:
