@@ -2,7 +2,8 @@
 
 (a) a split-backward pipeline: ``p`` stages, ``m`` micro-batches, tasks F/I/W per stage and
     micro-batch, stage ``s`` fixed to processor ``s``, activation memory held from F until I and W;
-(b) a random layered DAG on 8 processors that every task may use.
+(b) a random layered DAG on 8 processors that every task may use, scheduled by each list heuristic
+    (list, heft, fcp, cpop, peft).
 
 Optionally (``--cpsat SECONDS``) CP-SAT (with and without the micro-batch symmetry chain) and
 CP-SAT LNS on a p=4, m=16 pipeline, with the list schedule as hint.
@@ -311,9 +312,14 @@ def main() -> None:
     for name, problem in [
         (f"pipeline p={p} m={m}", pipeline_problem(p, m)),
         (f"pipeline p={p} m={m} no memory", pipeline_problem(p, m, memory=False)),
-        (f"random layered n={n:,} P=8", random_layered_problem(n)),
     ]:
         rows.append(_row(name, problem, list_schedule))
+    from solvers.heuristics import cpop, fcp, peft
+    from solvers.listsched import heft
+
+    dag = random_layered_problem(n)  # every list heuristic on it: time and makespan side by side
+    for solve in (list_schedule, heft, fcp, cpop, peft):
+        rows.append(_row(f"random layered n={n:,} P=8", dag, solve))
     if args.cpsat:
         from solvers.cpsat import cpsat
         from solvers.lns import cpsat_lns

@@ -76,7 +76,7 @@ def cpsat(
     hint : Schedule, optional
         Starting solution (``AddHint`` on starts and presences). When it validates, the result is
         never worse than it: it is returned if CP-SAT finds nothing better in time. Without one (and
-        without ``keep_processor`` or ``order_pairs``) the list schedule is the hint.
+        without ``keep_processor`` or ``order_pairs``) `solvers.heuristics.best`'s schedule is the hint.
     symmetry : list of task chains, optional
         Tasks that are interchangeable, in the order they must start (``start[a] <= start[b]`` for
         consecutive ones). The caller vouches that this removes only symmetric solutions.
@@ -177,6 +177,130 @@ def cpsat(
         bound = min(bound, value)
         status = "optimal" if bound >= value else "feasible"
     return Result(schedule, status, value, bound, time.perf_counter() - t0, "cpsat", objective, info)
+
+
+def reoptimize_window(
+    problem: Problem, schedule: Schedule, free: np.ndarray, time_limit: float, workers: int = 1
+) -> Schedule | None:
+    """Re-place the ``free`` tasks of a valid ``schedule`` with every other task left where it is
+    (processor and start): a model of the window only, whatever the size of the problem (used by
+    `solvers.lns` on memory-free problems).
+
+    The free tasks stay within the time span they occupy now, [first start, last end), so the
+    schedule returned is valid and ends no later; they may change processor (an affinity group
+    with a task left in place stays on its processor) and order. The model holds the free tasks and
+    the intervals of the others that overlap the span; it minimises the sum of the free tasks' ends,
+    which makes room that re-timing the whole schedule (`solvers.time_orders`) can use. None when
+    CP-SAT finds nothing in ``time_limit`` (the current placement is always a solution).
+
+    >>> from solvers import Problem, Schedule
+    >>> p = Problem(duration=[2, 2, 2], num_processors=2)
+    >>> s = Schedule(processor=[0, 0, 0], start=[0, 2, 4])
+    >>> reoptimize_window(p, s, np.array([False, True, True]), 5).start.tolist()
+    [0, 2, 2]
+    """
+    if problem.is_heterogeneous or problem.is_moldable:
+        raise ValueError("reoptimize_window: equal processors, rigid tasks only")
+    W = np.flatnonzero(free)
+    if not len(W):
+        return schedule
+    dur = problem.duration
+    start, proc = schedule.start, schedule.processor
+    end = start + dur
+    lo, hi = int(start[W].min()), int(end[W].max())
+    allowed = effective_allowed(problem).copy()
+    for t in W[problem.group[W] >= 0].tolist():  # a group with a task in place stays where it is
+        members = np.flatnonzero(problem.group == problem.group[t])
+        placed = members[~free[members]]
+        if len(placed):
+            allowed[t] = False
+            allowed[t, proc[placed[0]]] = True
+    model = cp_model.CpModel()
+    s = {t: model.new_int_var(lo, hi - int(dur[t]), f"s{t}") for t in W.tolist()}
+    on: dict[tuple[int, int], object] = {}
+    unit_lits: dict[int, dict[int, object]] = {}
+    for t in W.tolist():
+        procs = np.flatnonzero(allowed[t]).tolist()
+        unit = -1 - int(problem.group[t]) if problem.group[t] >= 0 else t
+        if len(procs) == 1:
+            on.update({(t, q): q == procs[0] for q in range(problem.num_processors)})
+            continue
+        if unit not in unit_lits:
+            unit_lits[unit] = {q: model.new_bool_var(f"x{t}_{q}") for q in procs}
+            model.add_exactly_one(unit_lits[unit].values())
+        on.update({(t, q): unit_lits[unit].get(q, False) for q in range(problem.num_processors)})
+    per: list[list] = [[] for _ in range(problem.num_processors)]
+    for t in W.tolist():
+        if dur[t] == 0:
+            continue
+        for q in np.flatnonzero(allowed[t]).tolist():
+            lit = on[(t, q)]
+            if lit is True:
+                per[q].append(model.new_fixed_size_interval_var(s[t], int(dur[t]), f"i{t}"))
+            elif lit is not False:
+                per[q].append(model.new_optional_fixed_size_interval_var(s[t], int(dur[t]), lit, f"i{t}_{q}"))
+    busy = np.flatnonzero(~free & (dur > 0) & (end > lo) & (start < hi))
+    for t in busy.tolist():
+        per[proc[t]].append(model.new_fixed_size_interval_var(int(start[t]), int(dur[t]), f"k{t}"))
+    for intervals in per:
+        if len(intervals) > 1:
+            model.add_no_overlap(intervals)
+    u_all, v_all, d_all = problem.edges[:, 0], problem.edges[:, 1], problem.delay
+    touch = np.flatnonzero(free[u_all] | free[v_all])
+    for e in touch.tolist():
+        u, v, d = int(u_all[e]), int(v_all[e]), int(d_all[e])
+        same_group = problem.group[u] >= 0 and problem.group[u] == problem.group[v]
+        if free[u] and free[v]:
+            model.add(s[v] >= s[u] + int(dur[u]))
+            if d and not same_group:
+                for q in np.flatnonzero(allowed[u]).tolist():  # u on q, v elsewhere: the transfer is paid
+                    a, b = on[(u, q)], on[(v, q)]
+                    if a is False or b is True:
+                        continue
+                    lits = [x for x in (a, _negate(b)) if x is not True]
+                    model.add(s[v] >= s[u] + int(dur[u]) + d).only_enforce_if(lits)
+        elif free[v]:  # u in place: v waits for its end, plus the transfer unless on u's processor
+            model.add(s[v] >= int(end[u]))
+            if d and not same_group:
+                b = on[(v, int(proc[u]))]
+                if b is not True:
+                    lit = _negate(b)
+                    c = model.add(s[v] >= int(end[u]) + d)
+                    if lit is not True:
+                        c.only_enforce_if(lit)
+        else:  # v in place: u ends in time for it
+            model.add(s[u] + int(dur[u]) <= int(start[v]))
+            if d and not same_group:
+                a = on[(u, int(proc[v]))]
+                if a is not True:
+                    lit = _negate(a)
+                    c = model.add(s[u] + int(dur[u]) + d <= int(start[v]))
+                    if lit is not True:
+                        c.only_enforce_if(lit)
+    last = model.new_int_var(lo, hi, "last")
+    for t in W.tolist():
+        model.add(last >= s[t] + int(dur[t]))
+    model.minimize(len(W) * (hi - lo + 1) * last + sum(s[t] + int(dur[t]) for t in W.tolist()))
+    for t in W.tolist():
+        model.add_hint(s[t], int(start[t]))
+    for lits in unit_lits.values():
+        members = [t for t in W.tolist() if any(on[(t, q)] is lit for q, lit in lits.items())]
+        for q, lit in lits.items():
+            model.add_hint(lit, bool(members) and int(proc[members[0]]) == q)
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = max(0.01, float(time_limit))
+    solver.parameters.num_workers = workers
+    status = solver.solve(model)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return None
+    new_start, new_proc = start.copy(), proc.copy()
+    for t in W.tolist():
+        new_start[t] = solver.value(s[t])
+        procs = np.flatnonzero(allowed[t]).tolist()
+        new_proc[t] = next(
+            q for q in procs if on[(t, q)] is True or (on[(t, q)] is not False and solver.value(on[(t, q)]))
+        )
+    return Schedule(processor=new_proc, start=new_start)
 
 
 def solve_interruptibly(solver: cp_model.CpSolver, model: cp_model.CpModel, callback) -> tuple[int, bool]:

@@ -92,3 +92,35 @@ def test_a_kept_task_pins_its_affinity_group():
     assert r.schedule.processor.tolist() == [0, 0]
     with pytest.raises(ValueError, match="kept on different processors"):
         cpsat(Problem([5, 5], num_processors=2, group=[0, 0]), keep_processor=np.array([0, 1]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(problems(max_tasks=12, max_processors=3, memory=False), st.data())
+def test_a_window_is_replaced_validly_and_never_later(problem, data):
+    """`reoptimize_window`: the free tasks move, the others stay exactly where they were, and the
+    schedule stays valid and ends no later (an affinity group with a task in place keeps its
+    processor)."""
+    pytest.importorskip("ortools")
+    from solvers.cpsat import reoptimize_window
+
+    start = list_schedule(problem)
+    if start.schedule is None:
+        return
+    free = np.array(data.draw(st.lists(st.booleans(), min_size=problem.num_tasks, max_size=problem.num_tasks)))
+    moved = reoptimize_window(problem, start.schedule, free, time_limit=2, workers=1)
+    assert moved is not None  # the current placement is a solution
+    validate(problem, moved)
+    kept = ~free
+    assert (moved.start[kept] == start.schedule.start[kept]).all()
+    assert (moved.processor[kept] == start.schedule.processor[kept]).all()
+    assert moved.makespan(problem) <= start.objective
+
+
+def test_local_steps_run_on_a_large_memory_free_problem():
+    """5,000 tasks: whole-problem steps would each rebuild a model of every task; the window
+    steps are many, every accepted one valid and never worse than the start."""
+    p = layered(5000, processors=8, seed=1)
+    start = list_schedule(p)
+    r = cpsat_lns(p, time_limit=4, window=30, hint=start.schedule, workers=1)
+    validate(p, r.schedule)
+    assert r.objective <= start.objective and r.info["steps"] >= 10
