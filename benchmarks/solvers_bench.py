@@ -219,10 +219,14 @@ def run_saga(problem: Problem, saga: tuple, algorithm: str, timeout: float) -> t
     return seconds, schedule.makespan(problem)
 
 
-def against_saga(sizes: list[int], processor_counts: list[int], seeds: int, timeout: float, classes: list[str]) -> None:
+def against_saga(
+    sizes: list[int], processor_counts: list[int], seeds: int, timeout: float, classes: list[str], lns: float = 0.0
+) -> None:
     """Per instance class (kind, equal or heterogeneous processors, tasks, processors), the median
     over ``seeds`` seeds of makespan and seconds: ours (``best``: list, heft, cpop, peft, fcp; and
-    ``list`` and ``heft`` alone) against saga's HEFT, CPoP and FCP, with our lower bound."""
+    ``list`` and ``heft`` alone) against saga's HEFT, CPoP and FCP, with our lower bound. With
+    ``lns`` seconds, also CP-SAT LNS from best's schedule (equal processors only: CP-SAT refuses
+    heterogeneous ones) and its proven bound."""
     from statistics import median
 
     from solvers.heuristics import best
@@ -232,6 +236,8 @@ def against_saga(sizes: list[int], processor_counts: list[int], seeds: int, time
     head = ["class", "tasks", "P", "bound", "ours best", "s", "ours heft", "s", "ours list", "s"]
     head += [c for a in algorithms for c in (f"saga {a}", "s")]
     head += ["best/saga best", "saga HEFT s / ours best s", "/ ours list s"]
+    if lns:
+        head += [f"ours lns {lns:g}s", "lns bound", "lns/saga best"]
     rows, wins = [], 0
     for label in classes:
         kind, hetero = label.split("-")[0], label.endswith("-het")
@@ -248,6 +254,12 @@ def against_saga(sizes: list[int], processor_counts: list[int], seeds: int, time
                     cells.setdefault("bound", []).append((0.0, result.lower_bound))
                     for a in algorithms:
                         cells.setdefault(a, []).append(run_saga(problem, saga, a, timeout))
+                    if lns and not problem.is_heterogeneous:
+                        from solvers.lns import cpsat_lns
+
+                        searched = cpsat_lns(problem, time_limit=lns, workers=1, hint=best(problem).schedule)
+                        validate(problem, searched.schedule)
+                        cells.setdefault("lns", []).append((searched.lower_bound, searched.objective))
 
                 def med(key: str, i: int, cells: dict = cells):
                     values = [c[i] for c in cells[key] if c[i] is not None]
@@ -268,6 +280,10 @@ def against_saga(sizes: list[int], processor_counts: list[int], seeds: int, time
                 row += [c for a in algorithms for c in (show(med(a, 1)), show(med(a, 0), True))]
                 row += [f"{ratio:.3f}" if ratio is not None else "-"]
                 row += [f"{x:.0f}x" if x is not None else "-" for x in (speed, fast)]
+                if lns and "lns" in cells:
+                    row += [show(med("lns", 1)), show(med("lns", 0)), f"{med('lns', 1) / min(saga_best):.3f}"]
+                elif lns:
+                    row += ["-", "-", "-"]
                 rows.append(row)
                 print("  ".join(row), flush=True)
     print()
@@ -297,6 +313,9 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3, help="--saga: seeds per class (default 3)")
     parser.add_argument("--timeout", type=float, default=300.0, help="--saga: seconds per saga run (default 300)")
     parser.add_argument(
+        "--lns", type=float, default=0.0, metavar="SECONDS", help="--saga: also CP-SAT LNS for this long per instance"
+    )
+    parser.add_argument(
         "--classes",
         default="layered,erdos,layered-het,erdos-het",
         help="--saga: instance classes, -het for heterogeneous processors and links (default: all four)",
@@ -304,7 +323,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.saga:
         ints = lambda text: [int(x) for x in text.split(",")]  # noqa: E731
-        against_saga(ints(args.sizes), ints(args.processors), args.seeds, args.timeout, args.classes.split(","))
+        against_saga(
+            ints(args.sizes), ints(args.processors), args.seeds, args.timeout, args.classes.split(","), args.lns
+        )
         return
     scale = 10 if args.quick else 1
     p, m, n = 32, 1024 // scale, 1_000_000 // scale
