@@ -490,15 +490,32 @@ def _insert(
             cands = patterns[pattern[t]]
         cost = extra[t].tolist() if extra is not None and len(cands) > 1 else None
         best = None
-        for q in cands:
-            arrive = 0
+        if lnk is None and len(cands) > 1:
+            # equal links: the data is everywhere but on top_q by ``top`` (the latest end plus delay,
+            # from top_q), and on top_q by ``other`` (local data counts its end only)
+            top, top_q, other = 0, -1, 0
+            for k in range(pptr[t], pptr[t + 1]):
+                c = end[psrc[k]] + pdel[k]
+                if c > top:
+                    top, top_q = c, proc[psrc[k]]
             for k in range(pptr[t], pptr[t + 1]):
                 u = psrc[k]
-                if proc[u] != q:
-                    c = end[u] + (pdel[k] if lnk is None else pdel[k] * lnk[proc[u]][q])
-                else:
-                    c = end[u]
-                arrive = max(arrive, c)
+                c = end[u] if proc[u] == top_q else end[u] + pdel[k]
+                if c > other:
+                    other = c
+        for q in cands:
+            if lnk is None and len(cands) > 1:
+                arrive = other if q == top_q else top
+            else:
+                arrive = 0
+                for k in range(pptr[t], pptr[t + 1]):
+                    u = psrc[k]
+                    if proc[u] != q:
+                        c = end[u] + (pdel[k] if lnk is None else pdel[k] * lnk[proc[u]][q])
+                    else:
+                        c = end[u]
+                    if c > arrive:
+                        arrive = c
             d = dur[t] if don is None else don[t][q]
             s = _earliest_gap(gap_starts[q], gap_ends[q], tail[q], arrive, d)
             f = s + d
