@@ -34,7 +34,7 @@ def comm_dags(draw) -> Problem:
                    allowed=allowed, group=group)  # fmt: skip
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(comm_dags())
 def test_cpop_peft_fcp_best_are_valid_above_the_bound_and_best_is_the_least(p):
     results = {f.__name__: f(p) for f in (list_schedule, heft, cpop, peft, fcp)}
@@ -86,7 +86,7 @@ def oct_by_definition(p: Problem) -> np.ndarray:
     return table
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(comm_dags())
 def test_optimistic_cost_table_matches_its_definition(p):
     assert optimistic_cost_table(p, p.allowed).tolist() == oct_by_definition(p).tolist()
@@ -168,7 +168,7 @@ def heterogeneous(draw, max_tasks: int = 12, max_processors: int = 3, memory: bo
     )  # fmt: skip
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(heterogeneous(max_tasks=20, max_processors=4))
 def test_every_heuristic_is_valid_and_above_the_bound_on_heterogeneous_problems(p):
     for f in (list_schedule, heft, cpop, peft, fcp, best):
@@ -178,7 +178,7 @@ def test_every_heuristic_is_valid_and_above_the_bound_on_heterogeneous_problems(
             assert r.objective >= r.lower_bound
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(heterogeneous(max_tasks=6, max_processors=2))
 def test_heterogeneous_bound_and_schedules_against_brute_force(p):
     """The bound never passes the optimum (brute force times each order with the processor's
