@@ -42,6 +42,8 @@ import numpy as np
 from solvers.bounds import lower_bound
 from solvers.graph import csr, longest_to_sinks
 from solvers.listsched import (
+    _adjacency,
+    _arrival,
     _mean_link,
     _schedule,
     _speeds,
@@ -234,12 +236,7 @@ def fcp(problem: Problem, /, *, objective: str = "makespan", time_limit: float |
 
 def _fcp_place(problem: Problem, allowed: np.ndarray, keys: np.ndarray, deadline: float) -> Schedule | None:
     n, P = problem.num_tasks, problem.num_processors
-    src, dst = problem.edges[:, 0], problem.edges[:, 1]
-    pptr, psrc, peid = csr(n, dst, src)
-    pptr, psrc, pdel = pptr.tolist(), psrc.tolist(), problem.delay[peid].tolist()
-    sptr, stgt, _ = csr(n, src, dst)
-    sptr, stgt = sptr.tolist(), stgt.tolist()
-    indeg = np.bincount(dst, minlength=n).tolist()
+    pptr, psrc, pdel, sptr, stgt, indeg = _adjacency(problem)
     sets = [np.flatnonzero(row).tolist() for row in allowed] if not allowed.all() else None
     every = list(range(P))
     dur, group, key = problem.duration.tolist(), problem.group.tolist(), keys.tolist()
@@ -285,13 +282,7 @@ def _fcp_place(problem: Problem, allowed: np.ndarray, keys: np.ndarray, deadline
                 cands.append(enabling)
         best = None
         for q in cands:
-            s = idle[q]
-            for k in range(pptr[t], pptr[t + 1]):
-                u = psrc[k]
-                if proc[u] != q:
-                    s = max(s, end[u] + (pdel[k] if lnk is None else pdel[k] * lnk[proc[u]][q]))
-                else:
-                    s = max(s, end[u])
+            s = max(idle[q], _arrival(t, q, pptr, psrc, pdel, proc, end, lnk))
             d = dur[t] if don is None else don[t][q]
             if best is None or (s + d, s, q) < best:
                 best = (s + d, s, q)

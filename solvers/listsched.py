@@ -457,12 +457,7 @@ def _insert(
     task of an affinity group goes where its group went. A task with a ``pinned`` processor (>= 0)
     goes there; with ``extra``, a processor is chosen by finish time plus ``extra[t, q]``."""
     n, P = problem.num_tasks, problem.num_processors
-    src, dst = problem.edges[:, 0], problem.edges[:, 1]
-    pptr, psrc, peid = csr(n, dst, src)
-    pptr, psrc, pdel = pptr.tolist(), psrc.tolist(), problem.delay[peid].tolist()
-    sptr, stgt, _ = csr(n, src, dst)
-    sptr, stgt = sptr.tolist(), stgt.tolist()
-    indeg = np.bincount(dst, minlength=n).tolist()
+    pptr, psrc, pdel, sptr, stgt, indeg = _adjacency(problem)
     fixed, pattern, patterns = _candidates(allowed)
     dur, group, key = problem.duration.tolist(), problem.group.tolist(), keys.tolist()
     don, lnk = _speeds(problem)
@@ -507,15 +502,7 @@ def _insert(
             if lnk is None and len(cands) > 1:
                 arrive = other if q == top_q else top
             else:
-                arrive = 0
-                for k in range(pptr[t], pptr[t + 1]):
-                    u = psrc[k]
-                    if proc[u] != q:
-                        c = end[u] + (pdel[k] if lnk is None else pdel[k] * lnk[proc[u]][q])
-                    else:
-                        c = end[u]
-                    if c > arrive:
-                        arrive = c
+                arrive = _arrival(t, q, pptr, psrc, pdel, proc, end, lnk)
             d = dur[t] if don is None else don[t][q]
             s = _earliest_gap(gap_starts[q], gap_ends[q], tail[q], arrive, d)
             f = s + d
@@ -538,6 +525,32 @@ def _insert(
     for t in by_time:
         tasks[proc[t]].append(t)
     return Schedule(np.array(proc, dtype=np.int64), np.array(start, dtype=np.int64)), tasks
+
+
+def _adjacency(problem: Problem) -> tuple[list[int], list[int], list[int], list[int], list[int], list[int]]:
+    """Lists for the placement loops: incoming edges grouped by target (pointers, sources, delays),
+    outgoing ones grouped by source (pointers, targets), and each task's in-degree."""
+    n = problem.num_tasks
+    src, dst = problem.edges[:, 0], problem.edges[:, 1]
+    pptr, psrc, peid = csr(n, dst, src)
+    sptr, stgt, _ = csr(n, src, dst)
+    indeg = np.bincount(dst, minlength=n).tolist()
+    return pptr.tolist(), psrc.tolist(), problem.delay[peid].tolist(), sptr.tolist(), stgt.tolist(), indeg
+
+
+def _arrival(t: int, r: int, pptr: list, psrc: list, pdel: list, proc: list, end: list, lnk) -> int:
+    """When task ``t``'s data is on processor ``r``: its predecessors' ends, plus each edge's delay
+    (times the link factor ``lnk``, when given) where the predecessor ran elsewhere."""
+    ready = 0
+    for k in range(pptr[t], pptr[t + 1]):
+        p = psrc[k]
+        if proc[p] != r:
+            c = end[p] + (pdel[k] if lnk is None else pdel[k] * lnk[proc[p]][r])
+        else:
+            c = end[p]
+        if c > ready:
+            ready = c
+    return ready
 
 
 def _speeds(problem: Problem) -> tuple[list[list[int]] | None, list[list[int]] | None]:
@@ -687,16 +700,7 @@ def _place(
 
     def arrival(t: int, r: int) -> int:
         """When task ``t``'s data is on processor ``r`` (all its predecessors placed)."""
-        ready = 0
-        for k in range(pptr[t], pptr[t + 1]):
-            p = psrc[k]
-            if proc[p] != r:
-                c = end[p] + (pdel[k] if lnk is None else pdel[k] * lnk[proc[p]][r])
-            else:
-                c = end[p]
-            if c > ready:
-                ready = c
-        return ready
+        return _arrival(t, r, pptr, psrc, pdel, proc, end, lnk)
 
     def move(t: int, r: int) -> None:
         """Re-queue a memory-blocked task on processor ``r``, where it fits."""

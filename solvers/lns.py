@@ -82,7 +82,7 @@ def cpsat_lns(
         The best schedule found (never worse than a valid ``hint``) with the bound proven by the
         first, unrestricted CP-SAT call; ``optimal`` when they meet, else ``feasible`` (or that
         call's ``infeasible``/``unknown`` when it found nothing and there was no schedule to start
-        from). ``info`` counts the steps and the improving ones.
+        from). ``info`` counts the steps and the improving ones, and says whether they were window-only (``local``).
     """
     t0 = time.perf_counter()
     problem.require_uniform("lns")
@@ -175,7 +175,7 @@ def cpsat_lns(
         time.perf_counter() - t0,
         "lns",
         objective,
-        {"steps": steps, "improvements": improvements, "window": window}
+        {"steps": steps, "improvements": improvements, "window": window, "local": local}
         | ({"interrupted": True} if interrupted else {}),
     )
 
