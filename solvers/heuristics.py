@@ -49,6 +49,7 @@ from solvers.listsched import (
     _speeds,
     downward_rank,
     effective_allowed,
+    has_memory_limits,
     heft,
     infeasible_reason,
     list_schedule,
@@ -58,24 +59,20 @@ from solvers.listsched import (
 from solvers.problem import OBJECTIVES, UNLIMITED, Problem, Result, Schedule
 
 
-def _has_memory(problem: Problem) -> bool:
-    return bool(np.any(problem.mem_delta != 0) and np.any(problem.capacity < UNLIMITED))
-
-
 def _run(problem: Problem, name: str, objective: str, keys, choice, time_limit: float | None) -> Result:
     """``keys()``: the priority, computed only for a problem that may have a schedule."""
     if infeasible_reason(problem, effective_allowed(problem)):  # `_schedule` says why
         return _schedule(problem, name, objective, "index", None, time_limit)
-    if _has_memory(problem):
+    if has_memory_limits(problem):
         result = _schedule(problem, name, objective, keys(), None, time_limit)
         result.info["variant"] = f"list placement with {name}'s priority (memory limits)"
         return result
     return _schedule(problem, name, objective, keys(), None, time_limit, insertion=True, choice=choice)
 
 
-def critical_path(problem: Problem, allowed: np.ndarray | None = None) -> np.ndarray:
+def critical_path(problem: Problem, allowed: np.ndarray | None = None, total: np.ndarray | None = None) -> np.ndarray:
     """The tasks of one critical path, from a source to a sink, by upward plus downward rank (mean
-    transfer delays counted; ties to the lower index).
+    transfer delays counted; ties to the lower index). ``total``: that sum, when already known.
 
     >>> from solvers import Problem
     >>> p = Problem(duration=[1, 5, 2, 1], num_processors=2, edges=[[0, 1], [0, 2], [1, 3], [2, 3]])
@@ -83,13 +80,14 @@ def critical_path(problem: Problem, allowed: np.ndarray | None = None) -> np.nda
     [0, 1, 3]
     """
     allowed = effective_allowed(problem) if allowed is None else allowed
-    up, down = upward_rank(problem, allowed), downward_rank(problem, allowed)
-    total = up + down
+    if total is None:
+        total = upward_rank(problem, allowed) + downward_rank(problem, allowed)
     if problem.num_tasks == 0:
         return np.zeros(0, dtype=np.int64)
     length = total.max()
     sptr, stgt, _ = csr(problem.num_tasks, problem.edges[:, 0], problem.edges[:, 1])
-    t = int(np.flatnonzero((down == 0) & (total == length))[0])
+    sources = np.bincount(problem.edges[:, 1], minlength=problem.num_tasks) == 0
+    t = int(np.flatnonzero(sources & (total == length))[0])
     path = [t]
     while sptr[t + 1] > sptr[t]:
         succ = np.sort(stgt[sptr[t] : sptr[t + 1]])
@@ -103,20 +101,23 @@ def critical_path(problem: Problem, allowed: np.ndarray | None = None) -> np.nda
 
 def cpop(problem: Problem, /, *, objective: str = "makespan", time_limit: float | None = None) -> Result:
     """Critical-path-on-a-processor (see the module docstring). The critical processor is the one
-    allowed to the most critical-path tasks (lowest index on ties; with equal speeds every processor
-    runs the path equally fast); a path task not allowed there is placed like the others.
+    allowed to the most critical-path tasks, then the one that runs them fastest, then the lowest
+    index; a path task not allowed there is placed like the others.
 
     >>> from solvers import Problem
     >>> cpop(Problem(duration=[3, 1, 1], num_processors=2)).objective
     3
     """
     allowed = effective_allowed(problem)
+    total = np.zeros(0)
 
     def keys() -> np.ndarray:
-        return upward_rank(problem, allowed) + downward_rank(problem, allowed)
+        nonlocal total
+        total = upward_rank(problem, allowed) + downward_rank(problem, allowed)
+        return total
 
     def choice(allowed: np.ndarray) -> tuple[np.ndarray, None]:
-        path = critical_path(problem, allowed)
+        path = critical_path(problem, allowed, total)
         pinned = np.full(problem.num_tasks, -1, dtype=np.int64)
         if len(path):
             on = problem.duration_on if problem.duration_on is not None else problem.duration[:, None]
@@ -215,7 +216,7 @@ def fcp(problem: Problem, /, *, objective: str = "makespan", time_limit: float |
         delay = np.rint(problem.delay * _mean_link(problem) * 64).astype(np.int64)
         return longest_to_sinks(problem.topological_order(), problem.num_tasks, problem.edges, dur, delay) + dur
 
-    if infeasible_reason(problem, allowed) or _has_memory(problem):
+    if infeasible_reason(problem, allowed) or has_memory_limits(problem):
         return _run(problem, "fcp", objective, keys, None, time_limit)
     t0 = time.perf_counter()
     if objective not in OBJECTIVES:

@@ -48,6 +48,11 @@ MAX_GAPS = 512
 """Idle gaps per processor that insertion (`heft`, `cpop`, `peft`) still offers: the most recent."""
 
 
+def has_memory_limits(problem: Problem) -> bool:
+    """Whether memory can bind: a task changes memory and a processor has a capacity."""
+    return bool(np.any(problem.mem_delta != 0) and np.any(problem.capacity < UNLIMITED))
+
+
 def effective_allowed(problem: Problem) -> np.ndarray:
     """``allowed`` narrowed so that all tasks of an affinity group share the same allowed set, and
     without the processors where a task's allocation can never fit (more than the capacity plus
@@ -214,8 +219,7 @@ def heft(
     >>> heft(Problem(duration=[3, 1, 1], num_processors=2)).objective
     3
     """
-    memory = bool(np.any(problem.mem_delta != 0) and np.any(problem.capacity < UNLIMITED))
-    if memory or orders is not None:
+    if has_memory_limits(problem) or orders is not None:
         result = _schedule(problem, "heft", objective, priority, orders, time_limit)
         result.info["variant"] = "list placement (memory limits or fixed orders)"
         return result

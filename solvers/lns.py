@@ -35,7 +35,8 @@ import numpy as np
 
 from solvers.cpsat import cpsat, reoptimize_window
 from solvers.heuristics import best
-from solvers.problem import OBJECTIVES, UNLIMITED, Problem, Result, Schedule
+from solvers.listsched import has_memory_limits
+from solvers.problem import OBJECTIVES, Problem, Result, Schedule
 from solvers.simulate import Deadlock, time_orders
 from solvers.validate import violations
 
@@ -108,7 +109,7 @@ def cpsat_lns(
         return dataclasses.replace(whole, solver="lns", runtime=time.perf_counter() - t0)
     # memory-free makespan problems: each step models its window only (any size); else the whole
     # problem with the rest kept in place
-    local = objective == "makespan" and not (np.any(problem.mem_delta != 0) and np.any(problem.capacity < UNLIMITED))
+    local = objective == "makespan" and not has_memory_limits(problem)
     if whole.info.get("not_run") and step_limit <= whole_limit and not local:
         # a step's model holds every task too, with no more time: it would be declined as well
         return dataclasses.replace(whole, solver="lns", runtime=time.perf_counter() - t0)

@@ -232,7 +232,9 @@ class Problem:
     def _init_speeds(self, n: int, P: int) -> None:
         set_ = object.__setattr__
         if self.duration_on is not None:
-            on = np.asarray(self.duration_on, dtype=np.int64).reshape(-1, P) if n else np.zeros((0, P), np.int64)
+            on = np.asarray(self.duration_on, dtype=np.int64)
+            if n == 0 and on.size == 0:
+                on = np.zeros((0, P), np.int64)
             if on.shape != (n, P):
                 raise ValueError(f"duration_on: expected shape ({n}, {P}), got {on.shape}")
             if (on < 0).any():

@@ -214,6 +214,8 @@ def test_heft_uses_the_fast_processor():
 def test_problem_checks_heterogeneous_fields():
     with pytest.raises(ValueError, match="is not its least"):
         Problem(duration=[3], duration_on=[[2, 3]], num_processors=2)
+    with pytest.raises(ValueError, match=r"duration_on: expected shape \(3, 2\)"):
+        Problem(duration=[1, 1, 1], duration_on=[[1, 1, 1], [1, 1, 1]], num_processors=2)
     with pytest.raises(ValueError, match=r"link: expected a \(2, 2\)"):
         Problem(duration=[1], num_processors=2, link=[[0, 1]])
     with pytest.raises(ValueError, match="negative"):
