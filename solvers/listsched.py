@@ -316,7 +316,17 @@ def _release_for(problem: Problem, allowed: np.ndarray, stuck: _Stuck) -> np.nda
     itself elsewhere. Each step removes processors from an allowed set, so repairs end."""
     n = problem.num_tasks
     sptr, stgt, _ = csr(n, problem.edges[:, 0], problem.edges[:, 1])
-    mem, group = problem.mem_delta, problem.group
+    mem, group, proc = problem.mem_delta, problem.group, np.asarray(stuck.proc)
+    net = mem.copy()  # a task's release counts with its whole group's (a group drags its allocations along)
+    grouped = group >= 0
+    if grouped.any():
+        _, inverse = np.unique(group[grouped], return_inverse=True)
+        net[grouped] = np.bincount(inverse, weights=mem[grouped]).astype(np.int64)[inverse]
+    movable = allowed.sum(axis=1) > 1
+
+    def with_group(r: int) -> np.ndarray:
+        return np.flatnonzero(group == group[r]) if group[r] >= 0 else np.array([r])
+
     for t, q in stuck.stuck:
         later = np.zeros(n, dtype=bool)
         todo = [t]
@@ -325,36 +335,19 @@ def _release_for(problem: Problem, allowed: np.ndarray, stuck: _Stuck) -> np.nda
             if not later[u]:
                 later[u] = True
                 todo.extend(stgt[sptr[u] : sptr[u + 1]].tolist())
-        proc = np.asarray(stuck.proc)
-        # a task's release counts with its whole group's (a group that allocates more drags that along)
-        grouped = group >= 0
-        net = mem.copy()
-        if grouped.any():
-            ids, inverse = np.unique(group[grouped], return_inverse=True)
-            net[grouped] = np.bincount(inverse, weights=mem[grouped]).astype(np.int64)[inverse]
-        helps = (mem < 0) & (net < 0) & allowed[:, q] & (allowed.sum(axis=1) > 1) & (proc != q) & ~later
-        candidates = np.flatnonzero(helps)
-        if len(candidates):
-            r = int(candidates[np.lexsort((candidates, net[candidates]))[0]])  # the largest release
-            members = np.flatnonzero(group == group[r]) if group[r] >= 0 else np.array([r])
-            allowed = allowed.copy()
+        allowed = allowed.copy()
+        helps = np.flatnonzero((mem < 0) & (net < 0) & allowed[:, q] & movable & (proc != q) & ~later)
+        if len(helps):  # the largest release binds there
+            members = with_group(int(helps[np.lexsort((helps, net[helps]))[0]]))
             allowed[members] = False
             allowed[members, q] = True
             return allowed
-        # an allocation placed there that may run elsewhere goes elsewhere (the largest)
-        holds = (mem > 0) & (proc == q) & (allowed.sum(axis=1) > 1) & ~later
-        candidates = np.flatnonzero(holds)
-        if len(candidates):
-            r = int(candidates[np.lexsort((candidates, -mem[candidates]))[0]])
-            members = np.flatnonzero(group == group[r]) if group[r] >= 0 else np.array([r])
-            allowed = allowed.copy()
-            allowed[members, q] = False
+        holds = np.flatnonzero((mem > 0) & (proc == q) & movable & ~later)
+        if len(holds):  # the largest allocation placed there goes elsewhere
+            allowed[with_group(int(holds[np.lexsort((holds, -mem[holds]))[0]])), q] = False
             return allowed
-        # nothing can release more there: the blocked task (with its group) leaves that processor
-        members = np.flatnonzero(group == group[t]) if group[t] >= 0 else np.array([t])
-        if allowed[t].sum() > 1:
-            allowed = allowed.copy()
-            allowed[members, q] = False
+        if movable[t]:  # nothing can make room there: the blocked task leaves
+            allowed[with_group(t), q] = False
             return allowed
     return None
 
