@@ -189,8 +189,9 @@ def reoptimize_window(
     The free tasks stay within the time span they occupy now, [first start, last end), so the
     schedule returned is valid and ends no later; they may change processor (an affinity group
     with a task left in place stays on its processor) and order. The model holds the free tasks and
-    the intervals of the others that overlap the span; it minimises the sum of the free tasks' ends,
-    which makes room that re-timing the whole schedule (`solvers.time_orders`) can use. None when
+    the intervals of the others that overlap the span; it minimises the free tasks' last end, then the
+    sum of their ends, which makes room that re-timing the whole schedule (`solvers.time_orders`) can
+    use. None when
     CP-SAT finds nothing in ``time_limit`` (the current placement is always a solution).
 
     >>> from solvers import Problem, Schedule
@@ -218,7 +219,8 @@ def reoptimize_window(
     model = cp_model.CpModel()
     s = {t: model.new_int_var(lo, hi - int(dur[t]), f"s{t}") for t in W.tolist()}
     on: dict[tuple[int, int], object] = {}
-    unit_lits: dict[int, dict[int, object]] = {}
+    unit_lits: dict[int, dict[int, object]] = {}  # per task, or per affinity group: its presence literals
+    first_of: dict[int, int] = {}  # the task that created them
     for t in W.tolist():
         procs = np.flatnonzero(allowed[t]).tolist()
         unit = -1 - int(problem.group[t]) if problem.group[t] >= 0 else t
@@ -227,6 +229,7 @@ def reoptimize_window(
             continue
         if unit not in unit_lits:
             unit_lits[unit] = {q: model.new_bool_var(f"x{t}_{q}") for q in procs}
+            first_of[unit] = t
             model.add_exactly_one(unit_lits[unit].values())
         on.update({(t, q): unit_lits[unit].get(q, False) for q in range(problem.num_processors)})
     per: list[list] = [[] for _ in range(problem.num_processors)]
@@ -283,10 +286,9 @@ def reoptimize_window(
     model.minimize(len(W) * (hi - lo + 1) * last + sum(s[t] + int(dur[t]) for t in W.tolist()))
     for t in W.tolist():
         model.add_hint(s[t], int(start[t]))
-    for lits in unit_lits.values():
-        members = [t for t in W.tolist() if any(on[(t, q)] is lit for q, lit in lits.items())]
+    for unit, lits in unit_lits.items():
         for q, lit in lits.items():
-            model.add_hint(lit, bool(members) and int(proc[members[0]]) == q)
+            model.add_hint(lit, int(proc[first_of[unit]]) == q)
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(0.01, float(time_limit))
     solver.parameters.num_workers = workers
