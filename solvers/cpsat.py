@@ -180,19 +180,30 @@ def cpsat(
 
 
 def reoptimize_window(
-    problem: Problem, schedule: Schedule, free: np.ndarray, time_limit: float, workers: int = 1
+    problem: Problem,
+    schedule: Schedule,
+    free: np.ndarray,
+    time_limit: float,
+    workers: int = 1,
+    objective: str = "makespan",
 ) -> Schedule | None:
     """Re-place the ``free`` tasks of a valid ``schedule`` with every other task left where it is
     (processor and start): a model of the window only, whatever the size of the problem (used by
-    `solvers.lns` on memory-free problems).
+    `solvers.lns`).
 
     The free tasks stay within the time span they occupy now, [first start, last end), so the
-    schedule returned is valid and ends no later; they may change processor (an affinity group
-    with a task left in place stays on its processor) and order. The model holds the free tasks and
-    the intervals of the others that overlap the span; it minimises the free tasks' last end, then the
-    sum of their ends, which makes room that re-timing the whole schedule (`solvers.time_orders`) can
-    use. None when
-    CP-SAT finds nothing in ``time_limit`` (the current placement is always a solution).
+    schedule returned is valid and ends no later; they may change order, and processor unless that
+    would move memory: a task that allocates or releases memory, and an affinity group with such a
+    task or with a task left in place, keeps its processor, so every processor's memory after the
+    window is what it was. Memory within the window is a reservoir per processor that starts at the
+    level the tasks before the window left and counts the events of the tasks left in place there.
+
+    The model holds the free tasks and the intervals of the others that overlap the span. It
+    minimises the ``objective`` of the whole schedule (``makespan``: the free tasks' last end;
+    ``span``: the largest per-processor span, the other tasks' first starts and last ends counted as
+    they are), then the sum of the free tasks' ends, which makes room that re-timing the whole
+    schedule (`solvers.time_orders`) can use. None when CP-SAT finds nothing in ``time_limit`` (the
+    current placement is always a solution).
 
     >>> from solvers import Problem, Schedule
     >>> p = Problem(duration=[2, 2, 2], num_processors=2)
@@ -202,20 +213,27 @@ def reoptimize_window(
     """
     if problem.is_heterogeneous or problem.is_moldable:
         raise ValueError("reoptimize_window: equal processors, rigid tasks only")
+    if objective not in OBJECTIVES:
+        raise ValueError(f"unknown objective {objective!r}; valid: {', '.join(OBJECTIVES)}")
     W = np.flatnonzero(free)
     if not len(W):
         return schedule
-    dur = problem.duration
+    dur, mem = problem.duration, problem.mem_delta
     start, proc = schedule.start, schedule.processor
     end = start + dur
     lo, hi = int(start[W].min()), int(end[W].max())
     allowed = effective_allowed(problem).copy()
-    for t in W[problem.group[W] >= 0].tolist():  # a group with a task in place stays where it is
-        members = np.flatnonzero(problem.group == problem.group[t])
-        placed = members[~free[members]]
-        if len(placed):
+    anchored = ~free | (mem != 0)  # left in place, or moving memory: stays on its processor
+    for t in W.tolist():
+        if problem.group[t] >= 0:
+            members = np.flatnonzero(problem.group == problem.group[t])
+            held = members[anchored[members]]
+            if len(held):
+                allowed[t] = False
+                allowed[t, proc[held[0]]] = True
+        elif anchored[t]:
             allowed[t] = False
-            allowed[t, proc[placed[0]]] = True
+            allowed[t, proc[t]] = True
     model = cp_model.CpModel()
     s = {t: model.new_int_var(lo, hi - int(dur[t]), f"s{t}") for t in W.tolist()}
     on: dict[tuple[int, int], object] = {}
@@ -248,6 +266,41 @@ def reoptimize_window(
     for intervals in per:
         if len(intervals) > 1:
             model.add_no_overlap(intervals)
+    _window_edges(problem, model, s, on, allowed, free, proc, start, end)
+    _window_memory(problem, model, s, free, proc, start, end, lo, hi)
+    ends = [s[t] + int(dur[t]) for t in W.tolist()]
+    if objective == "span":
+        worst = _window_span(problem, model, s, on, allowed, free, proc, start, end, lo, hi)
+    else:
+        worst = model.new_int_var(lo, hi, "last")
+        for e in ends:
+            model.add(worst >= e)
+    model.minimize(len(W) * (hi - lo + 1) * worst + sum(ends))
+    for t in W.tolist():
+        model.add_hint(s[t], int(start[t]))
+    for unit, lits in unit_lits.items():
+        for q, lit in lits.items():
+            model.add_hint(lit, int(proc[first_of[unit]]) == q)
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = max(0.01, float(time_limit))
+    solver.parameters.num_workers = workers
+    status = solver.solve(model)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return None
+    new_start, new_proc = start.copy(), proc.copy()
+    for t in W.tolist():
+        new_start[t] = solver.value(s[t])
+        procs = np.flatnonzero(allowed[t]).tolist()
+        new_proc[t] = next(
+            q for q in procs if on[(t, q)] is True or (on[(t, q)] is not False and solver.value(on[(t, q)]))
+        )
+    return Schedule(processor=new_proc, start=new_start)
+
+
+def _window_edges(problem: Problem, model, s: dict, on: dict, allowed, free, proc, start, end) -> None:
+    """`reoptimize_window`'s precedences: between free tasks, and from (to) a task left in place, whose
+    end (start) is a constant; the transfer delay is paid unless both ends share a processor."""
+    dur = problem.duration
     u_all, v_all, d_all = problem.edges[:, 0], problem.edges[:, 1], problem.delay
     touch = np.flatnonzero(free[u_all] | free[v_all])
     for e in touch.tolist():
@@ -280,29 +333,57 @@ def reoptimize_window(
                     c = model.add(s[u] + int(dur[u]) + d <= int(start[v]))
                     if lit is not True:
                         c.only_enforce_if(lit)
-    last = model.new_int_var(lo, hi, "last")
-    for t in W.tolist():
-        model.add(last >= s[t] + int(dur[t]))
-    model.minimize(len(W) * (hi - lo + 1) * last + sum(s[t] + int(dur[t]) for t in W.tolist()))
-    for t in W.tolist():
-        model.add_hint(s[t], int(start[t]))
-    for unit, lits in unit_lits.items():
-        for q, lit in lits.items():
-            model.add_hint(lit, int(proc[first_of[unit]]) == q)
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(0.01, float(time_limit))
-    solver.parameters.num_workers = workers
-    status = solver.solve(model)
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return None
-    new_start, new_proc = start.copy(), proc.copy()
-    for t in W.tolist():
-        new_start[t] = solver.value(s[t])
-        procs = np.flatnonzero(allowed[t]).tolist()
-        new_proc[t] = next(
-            q for q in procs if on[(t, q)] is True or (on[(t, q)] is not False and solver.value(on[(t, q)]))
-        )
-    return Schedule(processor=new_proc, start=new_start)
+
+
+def _window_memory(problem: Problem, model, s: dict, free, proc, start, end, lo: int, hi: int) -> None:
+    """`reoptimize_window`'s memory: per processor where the window's tasks change memory (they keep
+    their processor), a reservoir from the level the tasks before the window left, with the events
+    of the tasks left in place within [lo, hi] at their times."""
+    mem, dur, cap = problem.mem_delta, problem.duration, problem.capacity
+    movers = np.flatnonzero(free & (mem != 0))
+    event = np.where(mem > 0, start, end)  # an allocation at the start, a release at the end
+    for q in np.unique(proc[movers]).tolist():
+        mine = movers[proc[movers] == q].tolist()
+        fixed = np.flatnonzero(~free & (proc == q) & (mem != 0))
+        before = fixed[event[fixed] < lo]
+        inside = fixed[(event[fixed] >= lo) & (event[fixed] <= hi)]
+        level = int(mem[before].sum())
+        if level + int(np.clip(mem[inside], 0, None).sum()) + sum(max(int(mem[t]), 0) for t in mine) <= cap[q]:
+            continue  # cannot overflow
+        times = [s[t] if mem[t] > 0 else s[t] + int(dur[t]) for t in mine] + event[inside].tolist() + [lo]
+        changes = [int(mem[t]) for t in mine] + mem[inside].tolist() + [level]
+        lowest = min(0, level + sum(min(c, 0) for c in changes[:-1]))
+        model.add_reservoir_constraint(times, changes, lowest, int(cap[q]))
+
+
+def _window_span(problem: Problem, model, s: dict, on: dict, allowed, free, proc, start, end, lo: int, hi: int):
+    """The largest per-processor span of the whole schedule as `reoptimize_window` places the free
+    tasks (a variable): each processor's first start and last end over the tasks left in place there
+    (constants) and the free tasks placed there."""
+    dur = problem.duration
+    horizon = int(max(end.max(), hi))
+    worst = model.new_int_var(-horizon, horizon, "span")
+    W = np.flatnonzero(free).tolist()
+    for q in range(problem.num_processors):
+        kept = np.flatnonzero(~free & (proc == q))
+        mine = [t for t in W if allowed[t, q]]
+        if not mine:
+            if len(kept):
+                model.add(worst >= int(end[kept].max() - start[kept].min()))
+            continue
+        first = model.new_int_var(0, horizon, f"first{q}")
+        last = model.new_int_var(0, horizon, f"last{q}")
+        if len(kept):
+            model.add(first <= int(start[kept].min()))
+            model.add(last >= int(end[kept].max()))
+        for t in mine:
+            lit = on[(t, q)]
+            bounds = [model.add(first <= s[t]), model.add(last >= s[t] + int(dur[t]))]
+            if lit is not True:
+                for c in bounds:
+                    c.only_enforce_if(lit)
+        model.add(worst >= last - first)
+    return worst
 
 
 def solve_interruptibly(solver: cp_model.CpSolver, model: cp_model.CpModel, callback) -> tuple[int, bool]:

@@ -2,17 +2,15 @@
 
 A first CP-SAT call on the whole problem (a quarter of the time, at most five steps' worth) starts
 from the hint (or the best list heuristic, `solvers.heuristics.best`); it may prove the optimum, and
-its bound is kept. Then each step picks ``window`` tasks that are consecutive in start order
-(windows start at random positions, ``seed``); the step's result replaces the current schedule
-unless it is worse.
+its bound is kept. Then each step picks ``window`` tasks that are consecutive in start order: every
+other step at a random position (``seed``), the others around a random task of the chain that fixes
+the objective now (`solvers.simulate.tight_chain`), where a change can shorten the schedule.
 
-- Memory-free makespan problems: the step's model holds the window only
-  (`solvers.cpsat.reoptimize_window`): every other task stays where it is, the window's tasks may
-  change processor and order within the time they span, and the new orders are then timed at their
-  earliest starts. A step costs the same on any size of problem (at most `LOCAL_STEP` seconds).
-- Otherwise (memory limits, the span objective): every other task keeps its processor and its
-  order relative to the other kept tasks of that processor (its time may still move), and CP-SAT
-  solves that restricted whole problem from the current schedule.
+A step's model holds the window only (`solvers.cpsat.reoptimize_window`): every other task stays
+where it is, the window's tasks may change order (and processor, unless they move memory) within the
+time they span, under the memory limits, and the new orders are then timed at their earliest starts;
+the result replaces the current schedule unless it is worse. A step costs the same on any size of
+problem (at most `LOCAL_STEP` seconds).
 
 Example
 -------
@@ -35,9 +33,8 @@ import numpy as np
 
 from solvers.cpsat import cpsat, reoptimize_window
 from solvers.heuristics import best
-from solvers.listsched import has_memory_limits
 from solvers.problem import OBJECTIVES, Problem, Result, Schedule
-from solvers.simulate import Deadlock, time_orders
+from solvers.simulate import Deadlock, tight_chain, time_orders
 from solvers.validate import violations
 
 
@@ -107,12 +104,6 @@ def cpsat_lns(
     )
     if n <= window or whole.schedule is None or whole.status == "optimal" or whole.info.get("interrupted"):
         return dataclasses.replace(whole, solver="lns", runtime=time.perf_counter() - t0)
-    # memory-free makespan problems: each step models its window only (any size); else the whole
-    # problem with the rest kept in place
-    local = objective == "makespan" and not has_memory_limits(problem)
-    if whole.info.get("not_run") and step_limit <= whole_limit and not local:
-        # a step's model holds every task too, with no more time: it would be declined as well
-        return dataclasses.replace(whole, solver="lns", runtime=time.perf_counter() - t0)
     bound = whole.lower_bound
     current, value = whole.schedule, whole.objective
     topo = np.empty(n, dtype=np.int64)
@@ -124,49 +115,30 @@ def cpsat_lns(
         left = time_limit - (time.perf_counter() - t0)
         if left <= 0.05:
             break
-        first = int(rng.integers(0, n - window + 1))
-        if local:
-            steps += 1
-            try:
-                moved = _local_step(problem, current, first, window, min(step_limit, left, LOCAL_STEP), workers, topo)
-            except KeyboardInterrupt:
-                interrupted = True
-                break
-            if moved is not None and moved.makespan(problem) <= value:
-                if moved.makespan(problem) < value:
-                    improvements += 1
-                    if progress is not None:
-                        report = moved.makespan(problem)
-                        progress({"incumbent": report, "bound": bound, "gap": (report - bound) / report,
-                                  "elapsed": time.perf_counter() - t0})  # fmt: skip
-                current, value = moved, moved.makespan(problem)
-            continue
-        keep, pairs = neighbourhood(problem, current, first, window)
-        step = cpsat(
-            problem,
-            objective=objective,
-            time_limit=min(step_limit, left),
-            workers=workers,
-            hint=current,
-            keep_processor=keep,
-            order_pairs=pairs,
-            log=log,
-        )
+        if steps % 2:  # every other window: around a task of the chain that fixes the objective
+            chain = tight_chain(problem, current, objective)
+            at = int(rank_of(current)[chain[int(rng.integers(0, len(chain)))]])
+            first = min(max(at - int(rng.integers(0, window)), 0), n - window)
+        else:
+            first = int(rng.integers(0, n - window + 1))
         steps += 1
-        interrupted = bool(step.info.get("interrupted"))  # Ctrl-C: keep what this step found, then stop
-        if step.schedule is not None and step.objective <= value:
-            if step.objective < value:
+        try:
+            moved = _local_step(
+                problem, current, first, window, min(step_limit, left, LOCAL_STEP), workers, topo, objective
+            )
+        except KeyboardInterrupt:
+            interrupted = True
+            break
+        if moved is None:
+            continue
+        got = moved.objective(problem, objective)
+        if got <= value:
+            if got < value:
                 improvements += 1
                 if progress is not None:
-                    progress(
-                        {
-                            "incumbent": step.objective,
-                            "bound": bound,
-                            "gap": (step.objective - bound) / step.objective,
-                            "elapsed": time.perf_counter() - t0,
-                        }
-                    )
-            current, value = step.schedule, step.objective
+                    progress({"incumbent": got, "bound": bound, "gap": (got - bound) / got,
+                              "elapsed": time.perf_counter() - t0})  # fmt: skip
+            current, value = moved, got
     status = "optimal" if value <= bound else "feasible"
     return Result(
         current,
@@ -176,18 +148,25 @@ def cpsat_lns(
         time.perf_counter() - t0,
         "lns",
         objective,
-        {"steps": steps, "improvements": improvements, "window": window, "local": local}
+        {"steps": steps, "improvements": improvements, "window": window}
         | ({"interrupted": True} if interrupted else {}),
     )
 
 
 LOCAL_STEP = 0.1
-"""Seconds at most for one window of a memory-free problem (its model is small: many short steps
+"""Seconds at most for one window (its model is small: many short steps
 found more than few long ones on random DAGs of 1,000 and 5,000 tasks)."""
 
 
 def _local_step(
-    problem: Problem, schedule: Schedule, first: int, window: int, time_limit: float, workers: int, topo: np.ndarray
+    problem: Problem,
+    schedule: Schedule,
+    first: int,
+    window: int,
+    time_limit: float,
+    workers: int,
+    topo: np.ndarray,
+    objective: str,
 ) -> Schedule | None:
     """Re-place the tasks at start positions ``first .. first + window - 1`` with everything else in
     place (`solvers.cpsat.reoptimize_window`), then time the new per-processor orders at their earliest
@@ -196,7 +175,7 @@ def _local_step(
     order = np.lexsort((np.arange(problem.num_tasks), schedule.start))
     free = np.zeros(problem.num_tasks, dtype=bool)
     free[order[first : first + window]] = True
-    moved = reoptimize_window(problem, schedule, free, time_limit, workers)
+    moved = reoptimize_window(problem, schedule, free, time_limit, workers, objective)
     if moved is None:
         return None
     by_time = np.lexsort((topo, moved.start))
@@ -210,26 +189,9 @@ def _local_step(
     return moved if violations(problem, timed, limit=1) else timed
 
 
-def neighbourhood(problem: Problem, schedule: Schedule, first: int, window: int) -> tuple[np.ndarray, np.ndarray]:
-    """Restrictions that free the tasks at positions ``first .. first + window - 1`` of the start
-    order and keep the rest: their processors (-1 marks a free task) and, per processor, order pairs
-    between consecutive kept tasks of positive duration (the current ``schedule`` meets them).
-
-    >>> from solvers import Problem, Schedule
-    >>> p = Problem(duration=[1, 1, 1, 1], num_processors=2)
-    >>> s = Schedule(processor=[0, 0, 0, 1], start=[0, 1, 2, 0])
-    >>> keep, pairs = neighbourhood(p, s, 0, 2)
-    >>> keep.tolist(), pairs.tolist()
-    ([-1, 0, 0, -1], [[1, 2]])
-    """
-    order = np.lexsort((np.arange(problem.num_tasks), schedule.start))
-    free = np.zeros(problem.num_tasks, dtype=bool)
-    free[order[first : first + window]] = True
-    keep = np.where(free, -1, schedule.processor)
-    kept = order[~free[order] & (problem.duration[order] > 0)]
-    by_proc = kept[np.argsort(schedule.processor[kept], kind="stable")]
-    same = schedule.processor[by_proc[1:]] == schedule.processor[by_proc[:-1]]
-    if not len(kept):
-        return keep, np.zeros((0, 2), dtype=np.int64)
-    pairs = np.stack([by_proc[:-1][same], by_proc[1:][same]], axis=1)
-    return keep, pairs
+def rank_of(schedule: Schedule) -> np.ndarray:
+    """Each task's position in start order (ties by index): what `_local_step`'s windows count."""
+    order = np.lexsort((np.arange(len(schedule.start)), schedule.start))
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    return rank

@@ -125,3 +125,48 @@ def _raise_deadlock(problem, orders, deg, src, dst) -> None:
             if len(preds):
                 waits[t] = int(preds[0])
     raise Deadlock(problem, stuck, waits)
+
+
+def tight_chain(problem: Problem, schedule: Schedule, objective: str = "makespan") -> list[int]:
+    """A chain of tasks that fixes the ``schedule``'s objective: from the task that ends last (for
+    ``span``, last on the processor of largest span) back through tasks each of which starts the
+    moment the one before it in the chain lets it (a predecessor's end plus its paid delay, or the end
+    of the task before it on its processor), to a task with no such cause. Shortening the schedule
+    means changing something on this chain; in start order.
+
+    >>> p = Problem(duration=[2, 3, 1], num_processors=2, edges=[[0, 1], [0, 2]], delay=[1, 1])
+    >>> s = time_orders(p, [[0, 2], [1]])
+    >>> tight_chain(p, s)
+    [0, 1]
+    """
+    n = problem.num_tasks
+    if not n:
+        return []
+    start, proc = schedule.start, schedule.processor
+    end = schedule.end(problem)
+    if objective == "span":
+        q = int(np.argmax(schedule.spans(problem)))
+        mine = np.flatnonzero(proc == q)
+        t = int(mine[np.lexsort((mine, end[mine]))[-1]])
+    else:
+        t = int(np.lexsort((np.arange(n), end))[-1])
+    order = np.lexsort((np.arange(n), end, start))  # on a processor: the task before ends first
+    before = np.full(n, -1, dtype=np.int64)
+    by_proc = order[np.argsort(proc[order], kind="stable")]
+    same = proc[by_proc[1:]] == proc[by_proc[:-1]]
+    before[by_proc[1:][same]] = by_proc[:-1][same]
+    src, dst = problem.edges[:, 0], problem.edges[:, 1]
+    paid = end[src] + problem.edge_delays(proc)
+    tight = paid == start[dst]
+    cause = {int(v): int(u) for u, v in zip(src[tight].tolist(), dst[tight].tolist(), strict=True)}
+    chain, seen = [t], {t}
+    while True:
+        u = cause.get(t)
+        if u is None and before[t] >= 0 and end[before[t]] == start[t]:
+            u = int(before[t])
+        if u is None or u in seen:
+            break
+        chain.append(u)
+        seen.add(u)
+        t = u
+    return chain[::-1]

@@ -1,7 +1,11 @@
 """The validator, fixed-order timing and lower bounds of solvers' core."""
 
+import itertools
+
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from solvers import (
     Deadlock,
@@ -14,6 +18,7 @@ from solvers import (
     validate,
     violations,
 )
+from tests.solvers.strategies import problems
 
 
 def chain_problem(**kw):
@@ -152,3 +157,32 @@ def test_validator_scales_to_many_tasks():
     start[idx[5]] -= 1
     with pytest.raises(InvalidSchedule, match="overlap 1"):
         validate(p, Schedule(processor=proc, start=start))
+
+
+@settings(max_examples=150, deadline=None)
+@given(problems(max_tasks=10), st.sampled_from(["makespan", "span"]))
+def test_tight_chain_explains_the_objective(problem, objective):
+    """`tight_chain`: it ends with a task that ends where the objective is fixed (the last end; for
+    ``span``, the last end on the processor of largest span), and each task of it starts exactly when
+    the one before lets it: that one's end, plus the transfer where the edge pays it."""
+    from solvers.listsched import list_schedule
+    from solvers.simulate import tight_chain
+
+    result = list_schedule(problem, objective=objective)
+    if result.schedule is None:
+        return
+    s = result.schedule
+    chain = tight_chain(problem, s, objective)
+    end = s.end(problem)
+    assert chain and len(set(chain)) == len(chain)
+    last = chain[-1]
+    if objective == "span":
+        q = int(np.argmax(s.spans(problem)))
+        assert s.processor[last] == q and end[last] == end[s.processor == q].max()
+    else:
+        assert end[last] == end.max()
+    delays = problem.edge_delays(s.processor)
+    for u, v in itertools.pairwise(chain):
+        on_edge = [int(d) for (a, b), d in zip(problem.edges.tolist(), delays.tolist(), strict=True) if (a, b) == (u, v)]
+        same_processor = s.processor[u] == s.processor[v] and end[u] == s.start[v]
+        assert any(end[u] + d == s.start[v] for d in on_edge) or same_processor
