@@ -24,6 +24,17 @@ idle_warm + idle_cool``; otherwise the larger idle is added. With one stage per 
 Bubble's 1p limit this bound equals the ZB-H1 schedule's iteration time: it proves ZB-H1 optimal
 there. A fused backward ``B`` counts as the cheaper of ``B`` and ``I + W``.
 
+**Memory relay** (under a memory limit; often the stronger with several stages per rank). On rank
+``k`` nothing is freed before its first ``I`` starts, at ``T``, so at most the limit's worth of
+forwards run before ``T``; the others run after it. Its last forward starts only once enough memory
+is free for it: all of ``k``'s activations minus the limit, freed by ``I`` and ``W`` passes on ``k``
+after ``T``, at best at the cheapest time per byte (an ``I`` with its ``W``, or an ``I`` alone).
+So from ``T`` to the end of ``k``'s last forward lies at least that *block* of work. For any rank
+``q``: ``T`` comes at least the chain from ``q``'s first pass to an ``I`` on ``k`` after ``q``'s first
+pass, and the last forward's micro-batch still has its chain to ``q``'s ``W`` passes after it, so
+``span_q >= head + block + tail``. On Zero Bubble's ZB-V row (p=16) it gives a bubble of 0.0697,
+which the ZB authors' V generator reaches (published 0.0697): the V's middle rank is such a ``k``.
+
 Example
 -------
 >>> from layersched.describe.config import ProblemSpec
@@ -32,7 +43,7 @@ Example
 ...     "stages": 4, "microbatches": 8, "forward": 2, "backward_input": 2, "backward_weight": 1,
 ...     "memory_forward": 4, "memory_freed_by_weight": 1, "memory_limit": 16}}))
 >>> pipeline_bounds(pipe, [0, 1, 2, 3], "span")
-{'pipeline_idle': 48}
+{'pipeline_idle': 48, 'memory_relay': 48}
 """
 
 from __future__ import annotations
@@ -146,4 +157,47 @@ def pipeline_bounds(pipe: Pipeline, stage_to_rank: list[int], objective: str) ->
         head = int(down[a])
         best_span = max(best_span, work + idle)
         best_makespan = max(best_makespan, head + work + idle)
-    return {"pipeline_idle": best_span if objective == "span" else best_makespan}
+    out = {"pipeline_idle": best_span if objective == "span" else best_makespan}
+    if cap != np.inf:
+        relay = _relay(rank, m, F, I, W, mf, mw, int(cap), chain, objective)
+        if relay:
+            out["memory_relay"] = relay
+    return out
+
+
+def _relay(rank: list[int], m: int, F, I, W, mf: list[int], mw: list[int], cap: int, chain, objective: str) -> int:
+    """The memory relay bound (see the module text): for ranks ``q`` and ``k``, the chain from ``q``'s
+    first pass to ``k``'s first ``I``, then ``k``'s forwards that did not fit before it and the fewest
+    passes that free enough memory for ``k``'s last forward, then the chain from that forward to
+    ``q``'s last ``W`` of its micro-batch. 0 where no rank must free memory before its last forward."""
+    S = len(rank)
+    stages = [[s for s in range(S) if rank[s] == r] for r in range(max(rank) + 1)]
+    best = 0
+    for mine in stages:
+        excess = m * sum(mf[s] for s in mine) - cap  # bytes freed on k before its last forward starts
+        if not mine or excess <= 0:
+            continue
+        # forwards before k's first I: nothing is freed yet, so at most the limit's worth (a
+        # fractional knapsack by work per byte bounds the work they can take off the block)
+        room, early = cap, 0.0
+        for s in sorted(mine, key=lambda s: -F[s] / mf[s] if mf[s] > 0 else -np.inf):
+            take = m if mf[s] <= 0 else min(m, room / mf[s])
+            early, room = early + take * int(F[s]), room - take * max(mf[s], 0)
+        late = m * int(sum(F[s] for s in mine)) - int(np.floor(early))
+        # the cheapest way to free a byte: an I with its W (all of the forward's memory), or an I alone
+        rates = [(int(I[s] + W[s]), mf[s]) for s in mine if mf[s] > 0]
+        rates += [(int(I[s]), mf[s] - mw[s]) for s in mine if mf[s] - mw[s] > 0]
+        freeing = min(-(-excess * cost // freed) for cost, freed in rates)
+        block = late + freeing
+        if objective == "span":
+            for theirs in stages:
+                if not theirs:
+                    continue
+                head = max(min(chain(a, s) for s in mine) for a in theirs)
+                tail = min(max(chain(f, s) - int(F[f]) + int(I[s] + W[s]) for s in theirs) for f in mine)
+                best = max(best, head + block + tail)
+        else:
+            head = min(chain(0, s) for s in mine)
+            tail = min(max(chain(f, s) - int(F[f]) + int(I[s] + W[s]) for s in range(S)) for f in mine)
+            best = max(best, head + block + tail)
+    return best

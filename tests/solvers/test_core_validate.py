@@ -183,6 +183,7 @@ def test_tight_chain_explains_the_objective(problem, objective):
         assert end[last] == end.max()
     delays = problem.edge_delays(s.processor)
     for u, v in itertools.pairwise(chain):
-        on_edge = [int(d) for (a, b), d in zip(problem.edges.tolist(), delays.tolist(), strict=True) if (a, b) == (u, v)]
+        edges = zip(problem.edges.tolist(), delays.tolist(), strict=True)
+        on_edge = [int(d) for (a, b), d in edges if (a, b) == (u, v)]
         same_processor = s.processor[u] == s.processor[v] and end[u] == s.start[v]
         assert any(end[u] + d == s.start[v] for d in on_edge) or same_processor
