@@ -1,0 +1,160 @@
+"""Order polishing: local search on the per-processor orders of a schedule, along its critical chain.
+
+A schedule timed at its earliest starts (`solvers.time_orders`) is fixed by its orders. Its
+objective is fixed by a chain of tasks each of which starts the moment the one before it lets it
+(`solvers.simulate.tight_chain`). Where consecutive tasks of the chain share a processor they form
+a *block*; as in job-shop local search, only a change to a block can shorten the chain:
+
+- a task of a block moved to just after the block (or up to `REACH` places further): whatever it
+  delayed on the chain now starts earlier, and the task itself fills a later gap;
+- a task of a block moved to the block's start.
+
+Each step tries these moves in random order (``seed``) and keeps the first that makes the schedule
+better: a smaller objective, or the same objective and a smaller sum of per-processor spans (for
+``span``) or ends of each processor's last task (for ``makespan``), which makes room on the chains
+beside the critical one. When none does, a move that keeps the objective (another chain of the same
+length now fixes it) is taken instead, and the task it moved stays put for `TABU` steps; after
+`SIDEWAYS` such moves in a row without a better schedule the search stops, with the best one seen.
+A move is skipped when its orders deadlock or a processor's memory would go over its capacity
+(tasks on a processor run one after another, so its peak is the largest running sum of their memory
+changes). The search also stops at the time limit or where no move keeps the objective (a local
+optimum). Each move costs one timing of the whole schedule, O(tasks + edges).
+
+Example
+-------
+>>> from solvers import Problem, Schedule
+>>> p = Problem(duration=[4, 1, 4], num_processors=2, edges=[[1, 2]], allowed=[[1, 0], [1, 0], [0, 1]])
+>>> s = Schedule(processor=[0, 0, 1], start=[0, 4, 5])
+>>> polish(p, s).objective  # task 1 first: task 2 starts at 1
+5
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from solvers.problem import OBJECTIVES, Problem, Result, Schedule
+from solvers.simulate import Deadlock, tight_chain, time_orders
+from solvers.validate import violations
+
+REACH = 3
+"""How many places past the end of its block a task may be moved in one step."""
+
+SIDEWAYS = 64
+"""Moves in a row that keep the score (another chain of the same length) before the search stops."""
+
+TABU = 8
+"""Steps during which a task moved sideways stays where it was put."""
+
+
+def polish(
+    problem: Problem,
+    schedule: Schedule,
+    /,
+    *,
+    objective: str = "makespan",
+    time_limit: float = 10.0,
+    seed: int = 0,
+) -> Result:
+    """Improve the orders of a valid ``schedule`` by moves on its critical chain (see the module text)
+    for at most ``time_limit`` seconds. The result is valid and never worse than ``schedule``;
+    ``info`` counts the moves tried, kept and taken sideways, and says whether a local optimum was
+    reached. ``ValueError`` for an invalid schedule."""
+    t0 = time.perf_counter()
+    if objective not in OBJECTIVES:
+        raise ValueError(f"unknown objective {objective!r}; valid: {', '.join(OBJECTIVES)}")
+    problem.require_rigid("polish")
+    if violations(problem, schedule, limit=1):
+        raise ValueError("polish: the schedule to start from is not valid")
+    orders = schedule.orders(problem)
+    current = time_orders(problem, orders)
+    if violations(problem, current, limit=1):  # earliest starts broke something (zero-length ties): keep it
+        current, orders = schedule, schedule.orders(problem)
+    key = _score(problem, current, objective)
+    capacity, delta = problem.capacity, problem.mem_delta
+    limited = set(np.flatnonzero(capacity <= np.clip(delta, 0, None).sum()).tolist())  # may overflow
+    rng = np.random.default_rng(seed)
+    tried = kept = sideways = 0
+    optimum = False
+    tabu: dict[int, int] = {}  # task -> the step until which it stays where a sideways move put it
+    best = (key, orders, current)
+    step = 0
+    while time.perf_counter() - t0 < time_limit:
+        step += 1
+        moves = _moves(problem, current, orders, objective)
+        rng.shuffle(moves)
+        better = level = None
+        for q, k, to in moves:
+            if time.perf_counter() - t0 >= time_limit:
+                break
+            if tabu.get(orders[q][k], 0) >= step:
+                continue
+            order = list(orders[q])
+            order.insert(to, order.pop(k))
+            if q in limited and np.cumsum(delta[order]).max(initial=0) > capacity[q]:
+                continue
+            trial = [*orders[:q], order, *orders[q + 1 :]]
+            tried += 1
+            try:
+                timed = time_orders(problem, trial)
+            except Deadlock:
+                continue
+            score = _score(problem, timed, objective)
+            if score < key:
+                better = (trial, timed, score)
+                break
+            if score[0] == key[0] and level is None:
+                level = (trial, timed, score, orders[q][k])
+        if better is not None:
+            orders, current, key = better
+            kept += 1
+            if key < best[0]:
+                best, sideways = (key, orders, current), 0
+            continue
+        if level is None or sideways >= SIDEWAYS:
+            optimum = level is None
+            break
+        orders, current, key, moved = level  # the same score by another chain: walk the plateau
+        tabu[moved] = step + TABU
+        sideways += 1
+    key, orders, current = best
+    if violations(problem, current, limit=1) or current.objective(problem, objective) > schedule.objective(
+        problem, objective
+    ):  # earliest starts can lengthen a span (a first task moved earlier): keep what was given
+        current = schedule
+    value = current.objective(problem, objective)
+    info = {"tried": tried, "kept": kept, "sideways": sideways, "local_optimum": optimum}
+    return Result(current, "feasible", value, 0, time.perf_counter() - t0, "polish", objective, info)
+
+
+def _score(problem: Problem, schedule: Schedule, objective: str) -> tuple[int, int]:
+    """The objective, then the sum of per-processor spans (``span``) or last ends (``makespan``)."""
+    if objective == "span":
+        spans = schedule.spans(problem)
+        return int(spans.max(initial=0)), int(spans.sum())
+    last = np.zeros(problem.num_processors, dtype=np.int64)
+    np.maximum.at(last, schedule.processor, schedule.end(problem))
+    return int(last.max(initial=0)), int(last.sum())
+
+
+def _moves(problem: Problem, schedule: Schedule, orders: list[list[int]], objective: str) -> list[tuple[int, int, int]]:
+    """(processor, position, new position) of each move on the blocks of the critical chain."""
+    where = {t: (q, k) for q, order in enumerate(orders) for k, t in enumerate(order)}
+    blocks: list[list[int]] = []  # [processor, first position, last position]
+    for t in tight_chain(problem, schedule, objective):
+        q, k = where[t]
+        if blocks and blocks[-1][0] == q and blocks[-1][2] == k - 1:
+            blocks[-1][2] = k
+        else:
+            blocks.append([q, k, k])
+    moves = []
+    for q, a, b in blocks:
+        if b == a:
+            continue
+        last = len(orders[q]) - 1
+        for k in range(a, b):
+            moves += [(q, k, to) for to in range(b, min(b + REACH, last) + 1)]
+        moves += [(q, k, a) for k in range(a + 1, b + 1)]
+    return moves
