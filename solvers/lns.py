@@ -105,13 +105,51 @@ def cpsat_lns(
     if n <= window or whole.schedule is None or whole.status == "optimal" or whole.info.get("interrupted"):
         return dataclasses.replace(whole, solver="lns", runtime=time.perf_counter() - t0)
     bound = whole.lower_bound
-    current, value = whole.schedule, whole.objective
+    current, info = improve_windows(
+        problem,
+        whole.schedule,
+        objective=objective,
+        time_limit=time_limit - (time.perf_counter() - t0),
+        window=window,
+        bound=bound,
+        step_limit=step_limit,
+        workers=workers,
+        seed=seed,
+        progress=progress,
+    )
+    value = current.objective(problem, objective)
+    status = "optimal" if value <= bound else "feasible"
+    return Result(current, status, value, bound, time.perf_counter() - t0, "lns", objective, info)
+
+
+def improve_windows(
+    problem: Problem,
+    schedule: Schedule,
+    *,
+    objective: str = "makespan",
+    time_limit: float = 30.0,
+    window: int = 50,
+    bound: int = 0,
+    step_limit: float = 2.0,
+    workers: int = 2,
+    seed: int = 0,
+    progress: Callable[[dict], None] | None = None,
+) -> tuple[Schedule, dict]:
+    """The window steps of `cpsat_lns` from a valid ``schedule`` (see the module text), for at most
+    ``time_limit`` seconds or until the objective reaches ``bound``: the best schedule found (never
+    worse than ``schedule``) and ``info`` (steps, improving steps, window; ``interrupted`` after
+    Ctrl-C). ``progress`` is called with ``dict(incumbent=, bound=, gap=, elapsed=)`` after each
+    improving step."""
+    t0 = time.perf_counter()
+    n = problem.num_tasks
+    window = min(window, n)
+    current, value = schedule, schedule.objective(problem, objective)
     topo = np.empty(n, dtype=np.int64)
     topo[problem.topological_order()] = np.arange(n)
     rng = np.random.default_rng(seed)
     steps = improvements = 0
     interrupted = False
-    while value > bound and not interrupted:
+    while value > bound and not interrupted and n:
         left = time_limit - (time.perf_counter() - t0)
         if left <= 0.05:
             break
@@ -139,18 +177,8 @@ def cpsat_lns(
                     progress({"incumbent": got, "bound": bound, "gap": (got - bound) / got,
                               "elapsed": time.perf_counter() - t0})  # fmt: skip
             current, value = moved, got
-    status = "optimal" if value <= bound else "feasible"
-    return Result(
-        current,
-        status,
-        value,
-        bound,
-        time.perf_counter() - t0,
-        "lns",
-        objective,
-        {"steps": steps, "improvements": improvements, "window": window}
-        | ({"interrupted": True} if interrupted else {}),
-    )
+    info = {"steps": steps, "improvements": improvements, "window": window}
+    return current, info | ({"interrupted": True} if interrupted else {})
 
 
 LOCAL_STEP = 0.1
