@@ -145,7 +145,8 @@ def tight_chain(problem: Problem, schedule: Schedule, objective: str = "makespan
     start, proc = schedule.start, schedule.processor
     end = schedule.end(problem)
     if objective == "span":
-        q = int(np.argmax(schedule.spans(problem)))
+        used = np.bincount(proc, minlength=problem.num_processors) > 0
+        q = int(np.argmax(np.where(used, schedule.spans(problem), -1)))  # a processor with tasks
         mine = np.flatnonzero(proc == q)
         t = int(mine[np.lexsort((mine, end[mine]))[-1]])
     else:
