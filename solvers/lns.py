@@ -2,9 +2,11 @@
 
 A first CP-SAT call on the whole problem (a quarter of the time, at most five steps' worth) starts
 from the hint (or the best list heuristic, `solvers.heuristics.best`); it may prove the optimum, and
-its bound is kept. Then each step picks ``window`` tasks that are consecutive in start order: every
-other step at a random position (``seed``), the others around a random task of the chain that fixes
-the objective now (`solvers.simulate.tight_chain`), where a change can shorten the schedule.
+its bound is kept. Its schedule is polished by order moves on its critical chain (`solvers.polish`,
+at most `POLISH_SHARE` of the time left). Then each step picks ``window`` tasks that are
+consecutive in start order: every other step at a random position (``seed``), the others around a
+random task of the chain that fixes the objective now (`solvers.simulate.tight_chain`), where a
+change can shorten the schedule.
 
 A step's model holds the window only (`solvers.cpsat.reoptimize_window`): every other task stays
 where it is, the window's tasks may change order (and processor, unless they move memory) within the
@@ -33,6 +35,7 @@ import numpy as np
 
 from solvers.cpsat import cpsat, reoptimize_window
 from solvers.heuristics import best
+from solvers.polish import polish
 from solvers.problem import OBJECTIVES, Problem, Result, Schedule
 from solvers.simulate import Deadlock, tight_chain, time_orders
 from solvers.validate import violations
@@ -105,9 +108,13 @@ def cpsat_lns(
     if n <= window or whole.schedule is None or whole.status == "optimal" or whole.info.get("interrupted"):
         return dataclasses.replace(whole, solver="lns", runtime=time.perf_counter() - t0)
     bound = whole.lower_bound
+    # order moves on the critical chain first: cheap, and on random DAGs they find what small
+    # windows do not (layered, 1,000 tasks on 32 processors: 739 -> 733 in 0.9 s)
+    left = time_limit - (time.perf_counter() - t0)
+    polished = polish(problem, whole.schedule, objective=objective, time_limit=POLISH_SHARE * left)
     current, info = improve_windows(
         problem,
-        whole.schedule,
+        polished.schedule,
         objective=objective,
         time_limit=time_limit - (time.perf_counter() - t0),
         window=window,
@@ -119,7 +126,12 @@ def cpsat_lns(
     )
     value = current.objective(problem, objective)
     status = "optimal" if value <= bound else "feasible"
+    info = {"polish": polished.objective, **info}
     return Result(current, status, value, bound, time.perf_counter() - t0, "lns", objective, info)
+
+
+POLISH_SHARE = 0.25
+"""At most this share of what is left after the whole-problem CP-SAT call goes to `solvers.polish`."""
 
 
 def improve_windows(
