@@ -12,16 +12,19 @@ a *block*; as in job-shop local search, only a change to a block can shorten the
   can take work off the chain that way (tried first: on Zero Bubble's V row, deferring weight passes
   of the middle ranks so is what reaches the optimum).
 
-Each step tries these moves in random order (``seed``) and keeps the first that makes the schedule
-better: a smaller objective, or the same objective and a smaller sum of per-processor spans (for
-``span``) or ends of each processor's last task (for ``makespan``), which makes room on the chains
-beside the critical one. When none does, a move that keeps the objective (another chain of the same
-length now fixes it) is taken instead, and the task it moved stays put for `TABU` steps; after
-`SIDEWAYS` such moves in a row without a better schedule the search stops, with the best one seen.
-A move is skipped when its orders deadlock or a processor's memory would go over its capacity
+Each step tries these moves in random order (``seed``): the moves to the end first, and among them
+tasks without successors first (moving one delays no other task). It keeps the first that makes the
+schedule better: a smaller objective, or the same objective and a smaller sum of per-processor spans
+(for ``span``) or ends of each processor's last task (for ``makespan``), which makes room on the
+chains beside the critical one. When none does, a move that keeps the objective (another chain of
+the same length now fixes it) is taken instead, and the task it moved stays put for `TABU` steps;
+after `SIDEWAYS` such moves in a row without a better schedule the search stops, with the best one
+seen. A move is skipped when its orders deadlock or a processor's memory would go over its capacity
 (tasks on a processor run one after another, so its peak is the largest running sum of their memory
-changes). The search also stops at the time limit or where no move keeps the objective (a local
-optimum). Each move costs one timing of the whole schedule, O(tasks + edges).
+changes). The search also stops at the time limit, at a known lower bound, or where no move keeps
+the objective (a local optimum). Each move costs one timing of the whole schedule, O(tasks + edges):
+on Zero Bubble's V row re-cut to p=32, m=256 (49,152 tasks) 31 moves, each one better, reached the
+bound in 5.5 s.
 
 Example
 -------
@@ -60,11 +63,12 @@ def polish(
     objective: str = "makespan",
     time_limit: float = 10.0,
     seed: int = 0,
+    bound: int = 0,
 ) -> Result:
     """Improve the orders of a valid ``schedule`` by moves on its critical chain (see the module text)
-    for at most ``time_limit`` seconds. The result is valid and never worse than ``schedule``;
-    ``info`` counts the moves tried, kept and taken sideways, and says whether a local optimum was
-    reached. ``ValueError`` for an invalid schedule."""
+    for at most ``time_limit`` seconds, or until the objective reaches a known lower ``bound``. The
+    result is valid and never worse than ``schedule``; ``info`` counts the moves tried, kept and taken
+    sideways, and says whether a local optimum was reached. ``ValueError`` for an invalid schedule."""
     t0 = time.perf_counter()
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r}; valid: {', '.join(OBJECTIVES)}")
@@ -79,17 +83,21 @@ def polish(
     capacity, delta = problem.capacity, problem.mem_delta
     limited = set(np.flatnonzero(capacity <= np.clip(delta, 0, None).sum()).tolist())  # may overflow
     rng = np.random.default_rng(seed)
+    sink = np.bincount(problem.edges[:, 0], minlength=problem.num_tasks) == 0
     tried = kept = sideways = 0
     optimum = False
     tabu: dict[int, int] = {}  # task -> the step until which it stays where a sideways move put it
     best = (key, orders, current)
     step = 0
-    while time.perf_counter() - t0 < time_limit:
+    while time.perf_counter() - t0 < time_limit and key[0] > bound:
         step += 1
         far, near = _moves(problem, current, orders, objective)
         rng.shuffle(far)
         rng.shuffle(near)
-        moves = far + near  # the long moves first: one of them may shorten several chains at once
+        # the long moves first, tasks without successors first among them (moving one delays no
+        # other task): one of them may shorten several chains at once
+        far.sort(key=lambda m: not sink[orders[m[0]][m[1]]])
+        moves = far + near
         better = level = None
         for q, k, to in moves:
             if time.perf_counter() - t0 >= time_limit:

@@ -312,7 +312,7 @@ def _search_mode(
     if start is not None and value > floor and end - time.perf_counter() > 0.05:
         try:
             polished = polish(
-                problem, start, objective=objective, time_limit=POLISH_SHARE * (end - time.perf_counter())
+                problem, start, objective=objective, time_limit=POLISH_SHARE * (end - time.perf_counter()), bound=floor
             )
         except KeyboardInterrupt:
             sol = _best_solution(pipe, tasks, start, objective, known)

@@ -82,3 +82,14 @@ def test_span_is_never_lengthened_by_earliest_starts():
     r = polish(p, given_, objective="span")
     assert r.objective <= given_.span(p) == 5
     assert np.array_equal(r.schedule.start, given_.start) or r.objective < 5
+
+
+def test_polish_stops_at_a_known_bound():
+    """With the optimum known (5 here), the search ends at the move that reaches it; without it, it
+    goes on to look for more and ends at a local optimum."""
+    p = Problem(duration=[4, 1, 4], num_processors=2, edges=[[1, 2]], allowed=[[1, 0], [1, 0], [0, 1]])
+    s = Schedule(processor=[0, 0, 1], start=[0, 4, 5])
+    bounded = polish(p, s, bound=5)
+    assert bounded.objective == 5 and bounded.info["tried"] == bounded.info["kept"] == 1
+    assert not bounded.info["local_optimum"]
+    assert polish(p, s).info["local_optimum"]
