@@ -274,10 +274,11 @@ def _search_mode(
     the best of it and ``seeds`` (converted to this mode where that is exact) polished by moves on its
     critical chain (`solvers.polish`, at most `POLISH_SHARE` of the share); CP-SAT from that for half
     of what is left; then CP-SAT window steps (`solvers.lns.improve_windows`) from CP-SAT's result for
-    the rest. A step estimated not to fit in what is left of ``budget`` is skipped, and said so in
-    ``tried``."""
+    the rest, up to CP-SAT's own size limit (beyond it each step re-times tens of thousands of tasks;
+    on the ZB-V row at p=32, 49,152 tasks, they found nothing). A step estimated not to fit in what
+    is left of ``budget`` is skipped, and said so in ``tried``."""
     from solvers import get_solver
-    from solvers.cpsat import decline_reason
+    from solvers.cpsat import MAX_SEARCH_TASKS, decline_reason
     from solvers.lns import improve_windows
     from solvers.polish import polish
 
@@ -352,7 +353,9 @@ def _search_mode(
     if result is None:
         return unsearched
     bound = max(floor, result.lower_bound)
-    if not interrupted and result.objective > bound and end - time.perf_counter() > 0.1:
+    if problem.num_tasks > MAX_SEARCH_TASKS:  # each window step re-times every task: seen to find nothing
+        tried[f"lns ({mode})"] = f"not run: {problem.num_tasks:,} tasks, more than {MAX_SEARCH_TASKS:,}"
+    elif not interrupted and result.objective > bound and end - time.perf_counter() > 0.1:
         improved, info = improve_windows(
             problem,
             result.schedule,
