@@ -83,7 +83,8 @@ def cpsat_lns(
         The best schedule found (never worse than a valid ``hint``) with the bound proven by the
         first, unrestricted CP-SAT call; ``optimal`` when they meet, else ``feasible`` (or that
         call's ``infeasible``/``unknown`` when it found nothing and there was no schedule to start
-        from). ``info`` counts the steps and the improving ones, and says whether they were window-only (``local``).
+        from). ``info`` gives the polished schedule's objective (``polish``) and counts the window
+        steps and the improving ones.
     """
     t0 = time.perf_counter()
     problem.require_uniform("lns")
@@ -165,17 +166,18 @@ def improve_windows(
         left = time_limit - (time.perf_counter() - t0)
         if left <= 0.05:
             break
+        order = np.lexsort((np.arange(n), current.start))  # start order, ties by index: what windows count
         if steps % 2:  # every other window: around a task of the chain that fixes the objective
             chain = tight_chain(problem, current, objective)
-            at = int(rank_of(current)[chain[int(rng.integers(0, len(chain)))]])
+            at = int(np.flatnonzero(order == chain[int(rng.integers(0, len(chain)))])[0])
             first = min(max(at - int(rng.integers(0, window)), 0), n - window)
         else:
             first = int(rng.integers(0, n - window + 1))
         steps += 1
+        free = np.zeros(n, dtype=bool)
+        free[order[first : first + window]] = True
         try:
-            moved = _local_step(
-                problem, current, first, window, min(step_limit, left, LOCAL_STEP), workers, topo, objective
-            )
+            moved = _local_step(problem, current, free, min(step_limit, left, LOCAL_STEP), workers, topo, objective)
         except KeyboardInterrupt:
             interrupted = True
             break
@@ -201,20 +203,16 @@ found more than few long ones on random DAGs of 1,000 and 5,000 tasks)."""
 def _local_step(
     problem: Problem,
     schedule: Schedule,
-    first: int,
-    window: int,
+    free: np.ndarray,
     time_limit: float,
     workers: int,
     topo: np.ndarray,
     objective: str,
 ) -> Schedule | None:
-    """Re-place the tasks at start positions ``first .. first + window - 1`` with everything else in
-    place (`solvers.cpsat.reoptimize_window`), then time the new per-processor orders at their earliest
-    starts (ties by topological position), which moves later work into the room made. The timed
-    schedule when it validates, else the re-placed one; None when CP-SAT found nothing."""
-    order = np.lexsort((np.arange(problem.num_tasks), schedule.start))
-    free = np.zeros(problem.num_tasks, dtype=bool)
-    free[order[first : first + window]] = True
+    """Re-place the ``free`` tasks with everything else in place (`solvers.cpsat.reoptimize_window`),
+    then time the new per-processor orders at their earliest starts (ties by topological position),
+    which moves later work into the room made. The timed schedule when it validates, else the
+    re-placed one; None when CP-SAT found nothing."""
     moved = reoptimize_window(problem, schedule, free, time_limit, workers, objective)
     if moved is None:
         return None
@@ -227,11 +225,3 @@ def _local_step(
     except Deadlock:
         return moved
     return moved if violations(problem, timed, limit=1) else timed
-
-
-def rank_of(schedule: Schedule) -> np.ndarray:
-    """Each task's position in start order (ties by index): what `_local_step`'s windows count."""
-    order = np.lexsort((np.arange(len(schedule.start)), schedule.start))
-    rank = np.empty(len(order), dtype=np.int64)
-    rank[order] = np.arange(len(order))
-    return rank

@@ -78,7 +78,7 @@ def polish(
     orders = schedule.orders(problem)
     current = time_orders(problem, orders)
     if violations(problem, current, limit=1):  # earliest starts broke something (zero-length ties): keep it
-        current, orders = schedule, schedule.orders(problem)
+        current = schedule
     key = _score(problem, current, objective)
     capacity, delta = problem.capacity, problem.mem_delta
     limited = set(np.flatnonzero(capacity <= np.clip(delta, 0, None).sum()).tolist())  # may overflow
@@ -133,11 +133,10 @@ def polish(
         tabu[moved] = step + TABU
         sideways += 1
     key, orders, current = best
-    if violations(problem, current, limit=1) or current.objective(problem, objective) > schedule.objective(
-        problem, objective
-    ):  # earliest starts can lengthen a span (a first task moved earlier): keep what was given
-        current = schedule
-    value = current.objective(problem, objective)
+    value, given = key[0], schedule.objective(problem, objective)
+    if value > given or violations(problem, current, limit=1):
+        # earliest starts can lengthen a span (a first task moved earlier): keep what was given
+        current, value = schedule, given
     info = {"tried": tried, "kept": kept, "sideways": sideways, "local_optimum": optimum}
     return Result(current, "feasible", value, 0, time.perf_counter() - t0, "polish", objective, info)
 
