@@ -190,17 +190,21 @@ def solve_orders(
 
 
 def _solution(
-    pipe: Pipeline, tasks: TaskGraph, sched: Schedule, method: str, objective: str, result: Result | None, t0: float
+    pipe: Pipeline,
+    tasks: TaskGraph,
+    sched: Schedule,
+    method: str,
+    objective: str,
+    result: Result | None,
+    t0: float,
+    known: dict | None = None,
 ) -> Solution:
-    """Validate ``sched`` and measure it: the `Solution` every path returns."""
+    """Validate ``sched`` and measure it: the `Solution` every path returns. ``known``: the pipeline's
+    bounds at this placement, when the caller has them already."""
     validate(tasks.problem, sched)
-    metrics = schedule_metrics(
-        tasks.problem,
-        sched,
-        pipe.num_ranks,
-        objective,
-        pipeline_bounds(pipe, tasks.graph.graph["stage_to_rank"], objective),
-    )
+    if known is None:
+        known = pipeline_bounds(pipe, tasks.graph.graph["stage_to_rank"], objective)
+    metrics = schedule_metrics(tasks.problem, sched, pipe.num_ranks, objective, known)
     if result is not None:
         metrics["lower_bound"] = max(metrics["lower_bound"], result.lower_bound)
     info = {"interrupted": True} if result is not None and result.info.get("interrupted") else {}
@@ -316,7 +320,7 @@ def _search_mode(
                 problem, start, objective=objective, time_limit=POLISH_SHARE * (end - time.perf_counter()), bound=floor
             )
         except KeyboardInterrupt:
-            sol = _best_solution(pipe, tasks, start, objective, known)
+            sol = _solution(pipe, tasks, start, "best", objective, None, t0, known)
             return _Search(split_backward, sol, floor, "unknown", True)
         tried[f"polish ({mode})"] = polished.objective
         value, start = polished.objective, canonical(tasks, polished.schedule)
@@ -369,7 +373,7 @@ def _search_mode(
         got = improved.objective(problem, objective)
         tried[f"lns ({mode})"] = got
         result = Result(improved, result.status, got, result.lower_bound, 0.0, "best", objective, result.info)
-    sol = _best_solution(pipe, tasks, result.schedule, objective, known, bound, result)
+    sol = _solution(pipe, tasks, result.schedule, "best", objective, result, t0, known)
     return _Search(split_backward, sol, sol.metrics["lower_bound"], result.status, interrupted)
 
 
@@ -385,22 +389,6 @@ def canonical(tasks: TaskGraph, schedule: Schedule) -> Schedule:
     for chain in symmetry_chains(tasks):
         start[chain] = np.sort(start[chain])
     return Schedule(processor=schedule.processor, start=start)
-
-
-def _best_solution(
-    pipe: Pipeline,
-    tasks: TaskGraph,
-    schedule: Schedule,
-    objective: str,
-    known: dict,
-    bound: int = 0,
-    result: Result | None = None,
-) -> Solution:
-    """The search's schedule of one mode, validated and measured, with its proven ``bound``."""
-    validate(tasks.problem, schedule)
-    metrics = schedule_metrics(tasks.problem, schedule, pipe.num_ranks, objective, known)
-    metrics["lower_bound"] = max(metrics["lower_bound"], bound)
-    return Solution(pipe, tasks, schedule, "best", objective, metrics, 0.0, result)
 
 
 def solve_best(
