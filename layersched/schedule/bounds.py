@@ -80,15 +80,19 @@ def _done_by(window: int, items: list[tuple[int, int, int]], counts, cap: float 
     best = float(window)
     for x in sorted({rel for rel, _, _ in items} | {window}):
         released = [(d, n, mem) for (rel, d, mem), n in zip(items, counts, strict=True) if rel < x]
-        if cap is None:
-            work = float(sum(d * n for d, n, _ in released))
-        else:
-            work, room = 0.0, cap
-            for d, n, mem in sorted(released, key=lambda t: t[2] / t[0] if t[0] else np.inf):
-                take = n if mem <= 0 else max(0.0, min(n, room / mem))
-                work, room = work + take * d, room - take * max(mem, 0)
+        work = float(sum(d * n for d, n, _ in released)) if cap is None else _most_work(released, cap)
         best = min(best, min(work, x) + max(0, window - x))
     return best
+
+
+def _most_work(items: list[tuple[int, float, int]], cap: float) -> float:
+    """The most work of ``items`` = (duration, count, memory each) that fits in ``cap``, counts taken
+    fractionally (a fractional knapsack, by work per byte): an upper bound for whole counts."""
+    work, room = 0.0, cap
+    for d, n, mem in sorted(items, key=lambda t: t[2] / t[0] if t[0] else np.inf):
+        take = n if mem <= 0 else max(0.0, min(n, room / mem))
+        work, room = work + take * d, room - take * max(mem, 0)
+    return work
 
 
 def _warm_work(window: int, items: list[tuple[int, int, int]], cap: float, m: int) -> float:
@@ -172,6 +176,12 @@ def _relay(rank: list[int], m: int, F, I, W, mf: list[int], mw: list[int], cap: 
     ``q``'s last ``W`` of its micro-batch. 0 where no rank must free memory before its last forward."""
     S = len(rank)
     stages = [[s for s in range(S) if rank[s] == r] for r in range(max(rank) + 1)]
+
+    def tail(mine, theirs) -> int:
+        """From the end of the last forward on ``mine``'s rank to the last W on ``theirs`` of its
+        micro-batch: the least over which stage that forward is of."""
+        return min(max(chain(f, s) - int(F[f]) + int(I[s] + W[s]) for s in theirs) for f in mine)
+
     best = 0
     for mine in stages:
         excess = m * sum(mf[s] for s in mine) - cap  # bytes freed on k before its last forward starts
@@ -179,10 +189,7 @@ def _relay(rank: list[int], m: int, F, I, W, mf: list[int], mw: list[int], cap: 
             continue
         # forwards before k's first I: nothing is freed yet, so at most the limit's worth (a
         # fractional knapsack by work per byte bounds the work they can take off the block)
-        room, early = cap, 0.0
-        for s in sorted(mine, key=lambda s: -F[s] / mf[s] if mf[s] > 0 else -np.inf):
-            take = m if mf[s] <= 0 else min(m, room / mf[s])
-            early, room = early + take * int(F[s]), room - take * max(mf[s], 0)
+        early = _most_work([(int(F[s]), m, mf[s]) for s in mine], cap)
         late = m * int(sum(F[s] for s in mine)) - int(np.floor(early))
         # the cheapest way to free a byte: an I with its W (all of the forward's memory), or an I alone
         rates = [(int(I[s] + W[s]), mf[s]) for s in mine if mf[s] > 0]
@@ -191,13 +198,9 @@ def _relay(rank: list[int], m: int, F, I, W, mf: list[int], mw: list[int], cap: 
         block = late + freeing
         if objective == "span":
             for theirs in stages:
-                if not theirs:
-                    continue
-                head = max(min(chain(a, s) for s in mine) for a in theirs)
-                tail = min(max(chain(f, s) - int(F[f]) + int(I[s] + W[s]) for s in theirs) for f in mine)
-                best = max(best, head + block + tail)
+                if theirs:
+                    head = max(min(chain(a, s) for s in mine) for a in theirs)
+                    best = max(best, head + block + tail(mine, theirs))
         else:
-            head = min(chain(0, s) for s in mine)
-            tail = min(max(chain(f, s) - int(F[f]) + int(I[s] + W[s]) for s in range(S)) for f in mine)
-            best = max(best, head + block + tail)
+            best = max(best, min(chain(0, s) for s in mine) + block + tail(mine, range(S)))
     return best
