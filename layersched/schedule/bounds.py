@@ -18,11 +18,13 @@ between stages on different ranks:
   ``W`` passes left, each holding its weight-gradient memory. Together they fit in the limit beside
   the last ``F(a)``; what they cannot fill is idle.
 
-When ``m`` activations of stage ``a`` do not fit in the limit together, the last ``F(a)`` waits for
-memory that a backward frees, so it starts after the warm-up window and ``span_q >= work_q +
-idle_warm + idle_cool``; otherwise the larger idle is added. With one stage per rank under Zero
-Bubble's 1p limit this bound equals the ZB-H1 schedule's iteration time: it proves ZB-H1 optimal
-there. A fused backward ``B`` counts as the cheaper of ``B`` and ``I + W``.
+Before ``q``'s first ``I`` the micro-batch of that ``I`` has run its forwards of all of ``q``'s stages
+(its ``I`` needs them), and nothing is freed yet. So when those, together with the ``m`` activations
+of stage ``a``, do not fit in the limit, the last ``F(a)`` waits for memory that a backward frees: it
+starts after the warm-up window, and ``span_q >= work_q + idle_warm + idle_cool``. Otherwise the
+larger idle is added. With one stage per rank under Zero Bubble's 1p limit this bound equals the
+ZB-H1 schedule's iteration time: it proves ZB-H1 optimal there. A fused backward ``B`` counts as the
+cheaper of ``B`` and ``I + W``.
 
 **Memory relay** (under a memory limit; often the stronger with several stages per rank). On rank
 ``k`` nothing is freed before its first ``I`` starts, at ``T``, so at most the limit's worth of
@@ -156,7 +158,9 @@ def pipeline_bounds(pipe: Pipeline, stage_to_rank: list[int], objective: str) ->
                 len(mine) * (m - 1),
             )
         cool = max(0, trip - own - fill)
-        disjoint = cap != np.inf and m * mf[a] > cap
+        # before q's first I, one micro-batch's forwards of all of q's stages are held (that I needs
+        # them): when they and all m of stage a's do not fit together, the last F(a) comes after it
+        disjoint = cap != np.inf and m * mf[a] + sum(mf[s] for s in mine if s != a) > cap
         idle = warm + cool if disjoint else max(warm, cool)
         head = int(down[a])
         best_span = max(best_span, work + idle)

@@ -151,3 +151,19 @@ def test_bound_never_exceeds_a_valid_schedule(pipe, objective):
         free = cpsat(tasks.problem, objective=objective, time_limit=3.0, hint=res.schedule)
         if free.status == "optimal":
             assert free.objective == res.objective
+
+
+def test_warm_up_and_cool_down_idles_add_when_held_forwards_overflow():
+    """Rank 0 holds stages 0 and 2 (F = I = W = 1, transfer 3, one unit of memory per forward, limit 3,
+    3 micro-batches). Its first I needs one micro-batch's F(0) and F(2) held, so the three F(0) and
+    that F(2) (4 units) cannot all run before it: the last F(0) comes after the warm-up window and the
+    two idles add. Warm-up: I(2) starts 4F + 3 hops + I(3) + 1 hop = 17 after F(0), and 3 forwards
+    fit (14 idle). Cool-down: from the last F(0) to its W(0) is 27, filled by its own 6 and at most 12
+    of two micro-batches in flight (9 idle). 18 of work: 18 + 14 + 9."""
+    pipe = stage_pipeline(
+        stages=4, stages_per_rank=2, placement="loop", microbatches=3, forward=1, backward_input=1,
+        backward_weight=1, transfer=3, memory_forward=1, memory_freed_by_weight=0, memory_limit=3,
+    )  # fmt: skip
+    assert pipeline_bounds(pipe, pipe.stage_to_rank(), "span")["pipeline_idle"] == 18 + 14 + 9
+    optimum = solve_pipeline(pipe, solver="cpsat", objective="span", time_limit=30)
+    assert optimum.result.status == "optimal" and optimum.metrics["value"] >= 18 + 14 + 9
