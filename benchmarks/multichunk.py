@@ -8,10 +8,12 @@ For each row, at the problem's own memory limit (1F1B's activations):
 - ``layersched solve --solver best --time-limit L`` as a subprocess, ``--runs`` times: its bubble
   rate, its proven gap, where it came from, its wall time and peak memory (min / median / max).
 
-Rows: the bundled ``zb-v-6.2b`` (p=16) and ``zb-interleaved-1.5b`` (p=8), and the V row re-cut to
-p=32, m=256 (the issue's largest: 4 GB at most, within the limit).
+Rows: the bundled ``zb-v-6.2b`` (p=16) and ``zb-interleaved-1.5b`` (p=8); the V row re-cut to
+p=32, m=256 (the issue's largest: 4 GB at most, within the limit); and the interleaved row re-cut to
+p=4, m=8 and p=6, m=12 (rows of the same kind, smaller: where the search reaches the bound, and where
+it stops doing so).
 
-Usage: python benchmarks/multichunk.py [--runs 3] [--time-limit 60]   (about 7 minutes on 2 cores)
+Usage: python benchmarks/multichunk.py [--runs 3] [--time-limit 60]   (about 11 minutes on 2 cores)
 """
 
 from __future__ import annotations
@@ -38,14 +40,27 @@ ROOT = Path(__file__).resolve().parents[1]
 PUBLISHED = {"zb-v-6.2b": ("ZB authors' V generator", 0.0697)}
 
 
+def recut(tmp: Path, base: str, ranks: int, microbatches: int) -> Path:
+    """The bundled row ``base`` re-cut to ``ranks`` ranks (same stages per rank and per-chunk costs) and
+    ``microbatches``, under 1F1B's memory as the row has it (one activation per stage and rank's micro-batch)."""
+    doc = yaml.safe_load((ROOT / "problems" / f"{base}.yaml").read_text())
+    p = doc["pipeline"]
+    v = p["stages_per_rank"]
+    doc["name"] = f"{base}-p{ranks}-m{microbatches}"
+    p.update(stages=v * ranks, microbatches=microbatches, memory_limit=v * ranks * p["memory_forward"])
+    path = tmp / f"{doc['name']}.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
 def rows(tmp: Path) -> list[Path]:
-    big = yaml.safe_load((ROOT / "problems" / "zb-v-6.2b.yaml").read_text())
-    p = big["pipeline"]
-    big["name"] = "zb-v-6.2b-p32-m256"
-    p.update(stages=64, microbatches=256, memory_limit=2 * 32 * p["memory_forward"])
-    path = tmp / "zb-v-6.2b-p32-m256.yaml"
-    path.write_text(yaml.safe_dump(big))
-    return [ROOT / "problems" / "zb-v-6.2b.yaml", ROOT / "problems" / "zb-interleaved-1.5b.yaml", path]
+    return [
+        ROOT / "problems" / "zb-v-6.2b.yaml",
+        ROOT / "problems" / "zb-interleaved-1.5b.yaml",
+        recut(tmp, "zb-v-6.2b", 32, 256),
+        recut(tmp, "zb-interleaved-1.5b", 4, 8),
+        recut(tmp, "zb-interleaved-1.5b", 6, 12),
+    ]
 
 
 def peers(path: Path) -> list[tuple[str, str]]:
