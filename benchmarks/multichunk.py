@@ -41,8 +41,9 @@ PUBLISHED = {"zb-v-6.2b": ("ZB authors' V generator", 0.0697)}
 
 
 def recut(tmp: Path, base: str, ranks: int, microbatches: int) -> Path:
-    """The bundled row ``base`` re-cut to ``ranks`` ranks (same stages per rank and per-chunk costs) and
-    ``microbatches``, under 1F1B's memory as the row has it (one activation per stage and rank's micro-batch)."""
+    """The bundled row ``base`` re-cut to ``ranks`` ranks and ``microbatches`` (the same stages per rank
+    and per-chunk costs), under 1F1B's memory as the row has it: ``ranks`` activations of each stage on
+    a rank."""
     doc = yaml.safe_load((ROOT / "problems" / f"{base}.yaml").read_text())
     p = doc["pipeline"]
     v = p["stages_per_rank"]
