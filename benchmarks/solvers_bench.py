@@ -220,13 +220,21 @@ def run_saga(problem: Problem, saga: tuple, algorithm: str, timeout: float) -> t
 
 
 def against_saga(
-    sizes: list[int], processor_counts: list[int], seeds: int, timeout: float, classes: list[str], lns: float = 0.0
+    sizes: list[int],
+    processor_counts: list[int],
+    seeds: int,
+    timeout: float,
+    classes: list[str],
+    lns: float = 0.0,
+    polish: float = 0.0,
 ) -> None:
     """Per instance class (kind, equal or heterogeneous processors, tasks, processors), the median
     over ``seeds`` seeds of makespan and seconds: ours (``best``: list, heft, cpop, peft, fcp; and
     ``list`` and ``heft`` alone) against saga's HEFT, CPoP and FCP, with our lower bound. With
     ``lns`` seconds, also CP-SAT LNS from best's schedule (equal processors only: CP-SAT refuses
-    heterogeneous ones) and its proven bound."""
+    heterogeneous ones) and its proven bound. With ``polish`` seconds, also best's schedule polished
+    (`solvers.polish`: order and processor moves on its critical chain) for at most that long, and
+    the seconds of best and polish together."""
     from statistics import median
 
     from solvers.heuristics import best
@@ -238,7 +246,9 @@ def against_saga(
     head += ["best/saga best", "saga HEFT s / ours best s", "/ ours list s"]
     if lns:
         head += [f"ours lns {lns:g}s", "lns bound", "lns/saga best"]
-    rows, wins = [], 0
+    if polish:
+        head += ["best+polish", "s", "polished/saga best"]
+    rows, wins, polished_wins = [], 0, 0
     for label in classes:
         kind, hetero = label.split("-")[0], label.endswith("-het")
         for n in sizes:
@@ -251,6 +261,14 @@ def against_saga(
                         result = run(problem)
                         cells.setdefault(name, []).append((time.perf_counter() - t0, result.objective))
                         validate(problem, result.schedule)
+                        if name == "best" and polish:
+                            from solvers.polish import polish as polish_orders
+
+                            t1 = time.perf_counter()
+                            better = polish_orders(problem, result.schedule, time_limit=polish)
+                            took = cells["best"][-1][0] + time.perf_counter() - t1
+                            validate(problem, better.schedule)
+                            cells.setdefault("polish", []).append((took, better.objective))
                     cells.setdefault("bound", []).append((0.0, result.lower_bound))
                     for a in algorithms:
                         cells.setdefault(a, []).append(run_saga(problem, saga, a, timeout))
@@ -284,6 +302,10 @@ def against_saga(
                     row += [show(med("lns", 1)), show(med("lns", 0)), f"{med('lns', 1) / min(saga_best):.3f}"]
                 elif lns:
                     row += ["-", "-", "-"]
+                if polish:
+                    tuned = med("polish", 1) / min(saga_best) if saga_best else None
+                    polished_wins += tuned is not None and tuned <= 1
+                    row += [show(med("polish", 1)), show(med("polish", 0), True), f"{tuned:.3f}" if tuned else "-"]
                 rows.append(row)
                 print("  ".join(row), flush=True)
     print()
@@ -291,6 +313,8 @@ def against_saga(
     for r in [head, ["-" * w for w in widths], *rows]:
         print("  ".join(x.rjust(w) if c > 1 else x.ljust(w) for c, (x, w) in enumerate(zip(r, widths, strict=True))))
     print(f"\nmedians over {seeds} seeds; ours at most saga's best heuristic on {wins} of {len(rows)} classes")
+    if polish:
+        print(f"best+polish at most saga's best heuristic on {polished_wins} of {len(rows)} classes")
 
 
 def main() -> None:
@@ -316,6 +340,13 @@ def main() -> None:
         "--lns", type=float, default=0.0, metavar="SECONDS", help="--saga: also CP-SAT LNS for this long per instance"
     )
     parser.add_argument(
+        "--polish",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="--saga: also best's schedule polished (solvers.polish) for at most this long per instance",
+    )
+    parser.add_argument(
         "--classes",
         default="layered,erdos,layered-het,erdos-het",
         help="--saga: instance classes, -het for heterogeneous processors and links (default: all four)",
@@ -324,7 +355,13 @@ def main() -> None:
     if args.saga:
         ints = lambda text: [int(x) for x in text.split(",")]  # noqa: E731
         against_saga(
-            ints(args.sizes), ints(args.processors), args.seeds, args.timeout, args.classes.split(","), args.lns
+            ints(args.sizes),
+            ints(args.processors),
+            args.seeds,
+            args.timeout,
+            args.classes.split(","),
+            args.lns,
+            args.polish,
         )
         return
     scale = 10 if args.quick else 1

@@ -12,6 +12,13 @@ a *block*; as in job-shop local search, only a change to a block can shorten the
   can take work off the chain that way (tried first: on Zero Bubble's V row, deferring weight passes
   of the middle ranks so is what reaches the optimum).
 
+Where a task of the chain may run elsewhere (it is in no affinity group), it may also move to
+another processor: to one that runs a predecessor or successor of it, whose transfer it then saves,
+or to one of `ELSEWHERE` others drawn at random. It goes where its start time puts it in that
+processor's order, or one place before. These moves are tried before the others: on random layered
+DAGs with 32 processors and transfers about as long as the tasks, they took the best list
+heuristic's schedule below saga's best heuristic (see `benchmarks/solvers_bench.py`).
+
 Each step tries these moves in random order (``seed``): the moves to the end first, and among them
 tasks without successors first (moving one delays no other task). It keeps the first that makes the
 schedule better: a smaller objective, or the same objective and a smaller sum of per-processor spans
@@ -54,6 +61,9 @@ SIDEWAYS = 64
 TABU = 8
 """Steps during which a task moved sideways stays where it was put."""
 
+ELSEWHERE = 3
+"""Processors drawn at random, beside those of its neighbours, that a chain task may move to."""
+
 
 def polish(
     problem: Problem,
@@ -84,6 +94,8 @@ def polish(
     limited = set(np.flatnonzero(capacity <= np.clip(delta, 0, None).sum()).tolist())  # may overflow
     rng = np.random.default_rng(seed)
     sink = np.bincount(problem.edges[:, 0], minlength=problem.num_tasks) == 0
+    # tasks that may change processor: more than one allowed, and no affinity group to keep together
+    movable = (problem.allowed.sum(axis=1) > 1) & (problem.group < 0)
     tried = kept = sideways = 0
     optimum = False
     tabu: dict[int, int] = {}  # task -> the step until which it stays where a sideways move put it
@@ -92,23 +104,28 @@ def polish(
     while time.perf_counter() - t0 < time_limit and key[0] > bound:
         step += 1
         far, near = _moves(problem, current, orders, objective)
+        across = _across(problem, current, orders, objective, movable, rng)
+        rng.shuffle(across)
         rng.shuffle(far)
         rng.shuffle(near)
         # the long moves first, tasks without successors first among them (moving one delays no
         # other task): one of them may shorten several chains at once
         far.sort(key=lambda m: not sink[orders[m[0]][m[1]]])
-        moves = far + near
+        moves = across + [(q, k, q, to) for q, k, to in far + near]
         better = level = None
-        for q, k, to in moves:
+        for q, k, dest, to in moves:
             if time.perf_counter() - t0 >= time_limit:
                 break
             if tabu.get(orders[q][k], 0) >= step:
                 continue
-            order = list(orders[q])
-            order.insert(to, order.pop(k))
-            if q in limited and np.cumsum(delta[order]).max(initial=0) > capacity[q]:
+            trial = list(orders)
+            source = list(orders[q])
+            task = source.pop(k)
+            order = source if dest == q else list(orders[dest])
+            order.insert(to, task)
+            trial[q], trial[dest] = source, order
+            if any(r in limited and np.cumsum(delta[trial[r]]).max(initial=0) > capacity[r] for r in {q, dest}):
                 continue
-            trial = [*orders[:q], order, *orders[q + 1 :]]
             tried += 1
             try:
                 timed = time_orders(problem, trial)
@@ -175,3 +192,32 @@ def _moves(
                 far.append((q, k, last))
         moves += [(q, k, a) for k in range(a + 1, b + 1)]
     return far, moves
+
+
+def _across(
+    problem: Problem,
+    schedule: Schedule,
+    orders: list[list[int]],
+    objective: str,
+    movable: np.ndarray,
+    rng: np.random.Generator,
+) -> list[tuple[int, int, int, int]]:
+    """(processor, position, new processor, position there) of each move of a chain task to another
+    processor (see the module text)."""
+    if not movable.any():
+        return []
+    where = {t: (q, k) for q, order in enumerate(orders) for k, t in enumerate(order)}
+    src, dst = problem.edges[:, 0], problem.edges[:, 1]
+    start, P = schedule.start, problem.num_processors
+    out = []
+    for t in tight_chain(problem, schedule, objective):
+        if not movable[t]:
+            continue
+        q, k = where[t]
+        near = schedule.processor[np.concatenate([src[dst == t], dst[src == t]])].tolist()
+        for dest in set(near) | set(rng.integers(0, P, size=ELSEWHERE).tolist()):
+            if dest == q or not problem.allowed[t, dest]:
+                continue
+            at = int(np.searchsorted(start[orders[dest]], start[t], side="right")) if orders[dest] else 0
+            out += [(q, k, dest, to) for to in {at, max(at - 1, 0)}]
+    return out

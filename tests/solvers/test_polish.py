@@ -38,6 +38,21 @@ def test_a_task_blocking_the_chain_moves_behind_it():
     assert r.schedule.start.tolist() == [1, 0, 1]
 
 
+def test_a_chain_task_moves_to_its_predecessors_processor():
+    """Task 1 waits 10 for its predecessor's result from processor 0; on processor 0 itself it starts
+    at 2 (the optimum 4), or task 0 on processor 1. Affinity groups, or a single allowed processor
+    each, keep both where they are."""
+    free = Problem(duration=[2, 2], num_processors=2, edges=[[0, 1]], delay=[10])
+    r = polish(free, Schedule(processor=[0, 1], start=[0, 12]))
+    validate(free, r.schedule)
+    assert r.objective == 4 and r.schedule.processor[0] == r.schedule.processor[1]
+    for kept in (
+        Problem(duration=[2, 2], num_processors=2, edges=[[0, 1]], delay=[10], group=[0, 1]),
+        Problem(duration=[2, 2], num_processors=2, edges=[[0, 1]], delay=[10], allowed=[[1, 0], [0, 1]]),
+    ):
+        assert polish(kept, Schedule(processor=[0, 1], start=[0, 12])).objective == 14
+
+
 def test_memory_stops_a_move_that_would_overflow():
     """Processor 0 runs 0 (+2), 3 (after 0, frees 2), then 1 (+2), which task 2 on processor 1 waits
     for. Moving 1 ahead would let task 2 start sooner but hold 4: under a capacity of 2 no move fits
