@@ -23,16 +23,16 @@ classes (19 before; `benchmarks/results/solvers_saga_polish-2core-vm.txt`).
 Each step tries these moves in random order (``seed``): moves to another processor first, then the
 moves to the end, and among them tasks without successors first (moving one delays no other task).
 It keeps the first that makes the schedule better: a smaller objective, or the same objective and a
-smaller sum of per-processor spans (for ``span``) or ends of each processor's last task (for ``makespan``), which makes room on the
-chains beside the critical one. When none does, a move that keeps the objective (another chain of
-the same length now fixes it) is taken instead, and the task it moved stays put for `TABU` steps;
-after `SIDEWAYS` such moves in a row without a better schedule the search stops, with the best one
-seen. A move is skipped when its orders deadlock or a processor's memory would go over its capacity
-(tasks on a processor run one after another, so its peak is the largest running sum of their memory
-changes). The search also stops at the time limit, at a known lower bound, or where no move keeps
-the objective (a local optimum). Each move costs one timing of the whole schedule, O(tasks + edges):
-on Zero Bubble's V row re-cut to p=32, m=256 (49,152 tasks) 31 moves, each one better, reached the
-bound in 5.5 s.
+smaller sum of per-processor spans (for ``span``) or ends of each processor's last task (for
+``makespan``), which makes room on the chains beside the critical one. When none does, a move that
+keeps the objective (another chain of the same length now fixes it) is taken instead, and the task
+it moved stays put for `TABU` steps; after `SIDEWAYS` such moves in a row without a better schedule
+the search stops, with the best one seen. A move is skipped when its orders deadlock or a
+processor's memory would go over its capacity (tasks on a processor run one after another, so its
+peak is the largest running sum of their memory changes). The search also stops at the time limit,
+at a known lower bound, or where no move keeps the objective (a local optimum). Each move costs one
+timing of the whole schedule, O(tasks + edges): on Zero Bubble's V row re-cut to p=32, m=256 (49,152
+tasks) 31 moves, each one better, reached the bound in 5.5 s.
 
 Example
 -------
