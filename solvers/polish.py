@@ -104,8 +104,9 @@ def polish(
     step = 0
     while time.perf_counter() - t0 < time_limit and key[0] > bound:
         step += 1
-        far, near = _moves(problem, current, orders, objective)
-        across = _across(problem, current, orders, objective, movable, rng)
+        chain = tight_chain(problem, current, objective)
+        far, near = _moves(chain, orders)
+        across = _across(problem, current, chain, orders, movable, rng)
         rng.shuffle(across)
         rng.shuffle(far)
         rng.shuffle(near)
@@ -169,14 +170,12 @@ def _score(problem: Problem, schedule: Schedule, objective: str) -> tuple[int, i
     return int(last.max(initial=0)), int(last.sum())
 
 
-def _moves(
-    problem: Problem, schedule: Schedule, orders: list[list[int]], objective: str
-) -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int]]]:
-    """(processor, position, new position) of each move on the blocks of the critical chain: those to
-    the end of the processor, and the others."""
+def _moves(chain: list[int], orders: list[list[int]]) -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int]]]:
+    """(processor, position, new position) of each move on the blocks of the critical ``chain``: those
+    to the end of the processor, and the others."""
     where = {t: (q, k) for q, order in enumerate(orders) for k, t in enumerate(order)}
     blocks: list[list[int]] = []  # [processor, first position, last position]
-    for t in tight_chain(problem, schedule, objective):
+    for t in chain:
         q, k = where[t]
         if blocks and blocks[-1][0] == q and blocks[-1][2] == k - 1:
             blocks[-1][2] = k
@@ -198,20 +197,20 @@ def _moves(
 def _across(
     problem: Problem,
     schedule: Schedule,
+    chain: list[int],
     orders: list[list[int]],
-    objective: str,
     movable: np.ndarray,
     rng: np.random.Generator,
 ) -> list[tuple[int, int, int, int]]:
-    """(processor, position, new processor, position there) of each move of a chain task to another
-    processor (see the module text)."""
+    """(processor, position, new processor, position there) of each move of a task of the critical
+    ``chain`` to another processor (see the module text)."""
     if not movable.any():
         return []
     where = {t: (q, k) for q, order in enumerate(orders) for k, t in enumerate(order)}
     src, dst = problem.edges[:, 0], problem.edges[:, 1]
     start, P = schedule.start, problem.num_processors
     out = []
-    for t in tight_chain(problem, schedule, objective):
+    for t in chain:
         if not movable[t]:
             continue
         q, k = where[t]
