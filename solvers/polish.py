@@ -49,6 +49,7 @@ import time
 
 import numpy as np
 
+from solvers.graph import csr
 from solvers.problem import OBJECTIVES, Problem, Result, Schedule
 from solvers.simulate import Deadlock, tight_chain, time_orders
 from solvers.validate import violations
@@ -97,6 +98,9 @@ def polish(
     sink = np.bincount(problem.edges[:, 0], minlength=problem.num_tasks) == 0
     # tasks that may change processor: more than one allowed, and no affinity group to keep together
     movable = (problem.allowed.sum(axis=1) > 1) & (problem.group < 0)
+    src, dst = problem.edges[:, 0], problem.edges[:, 1]
+    # each task's predecessors and successors, built once: a processor move looks them up per chain task
+    near = csr(problem.num_tasks, np.concatenate([src, dst]), np.concatenate([dst, src]))[:2] if movable.any() else None
     tried = kept = sideways = 0
     optimum = False
     tabu: dict[int, int] = {}  # task -> the step until which it stays where a sideways move put it
@@ -105,15 +109,16 @@ def polish(
     while time.perf_counter() - t0 < time_limit and key[0] > bound:
         step += 1
         chain = tight_chain(problem, current, objective)
-        far, near = _moves(chain, orders)
-        across = _across(problem, current, chain, orders, movable, rng)
+        where = {t: (q, k) for q, order in enumerate(orders) for k, t in enumerate(order)}
+        far, close = _moves(chain, where, orders)
+        across = [] if near is None else _across(problem, current, chain, where, orders, movable, near, rng)
         rng.shuffle(across)
         rng.shuffle(far)
-        rng.shuffle(near)
+        rng.shuffle(close)
         # the long moves first, tasks without successors first among them (moving one delays no
         # other task): one of them may shorten several chains at once
         far.sort(key=lambda m: not sink[orders[m[0]][m[1]]])
-        moves = across + [(q, k, q, to) for q, k, to in far + near]
+        moves = across + [(q, k, q, to) for q, k, to in far + close]
         better = level = None
         for q, k, dest, to in moves:
             if time.perf_counter() - t0 >= time_limit:
@@ -170,10 +175,11 @@ def _score(problem: Problem, schedule: Schedule, objective: str) -> tuple[int, i
     return int(last.max(initial=0)), int(last.sum())
 
 
-def _moves(chain: list[int], orders: list[list[int]]) -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int]]]:
+def _moves(
+    chain: list[int], where: dict[int, tuple[int, int]], orders: list[list[int]]
+) -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int]]]:
     """(processor, position, new position) of each move on the blocks of the critical ``chain``: those
-    to the end of the processor, and the others."""
-    where = {t: (q, k) for q, order in enumerate(orders) for k, t in enumerate(order)}
+    to the end of the processor, and the others. ``where`` maps a task to (processor, position)."""
     blocks: list[list[int]] = []  # [processor, first position, last position]
     for t in chain:
         q, k = where[t]
@@ -198,24 +204,24 @@ def _across(
     problem: Problem,
     schedule: Schedule,
     chain: list[int],
+    where: dict[int, tuple[int, int]],
     orders: list[list[int]],
     movable: np.ndarray,
+    near: tuple[np.ndarray, np.ndarray],
     rng: np.random.Generator,
 ) -> list[tuple[int, int, int, int]]:
     """(processor, position, new processor, position there) of each move of a task of the critical
-    ``chain`` to another processor (see the module text)."""
-    if not movable.any():
-        return []
-    where = {t: (q, k) for q, order in enumerate(orders) for k, t in enumerate(order)}
-    src, dst = problem.edges[:, 0], problem.edges[:, 1]
+    ``chain`` to another processor (see the module text). ``near`` holds each task's predecessors and
+    successors, as (indptr, tasks)."""
+    indptr, tasks = near
     start, P = schedule.start, problem.num_processors
     out = []
     for t in chain:
         if not movable[t]:
             continue
         q, k = where[t]
-        near = schedule.processor[np.concatenate([src[dst == t], dst[src == t]])].tolist()
-        for dest in set(near) | set(rng.integers(0, P, size=ELSEWHERE).tolist()):
+        beside = schedule.processor[tasks[indptr[t] : indptr[t + 1]]].tolist()
+        for dest in set(beside) | set(rng.integers(0, P, size=ELSEWHERE).tolist()):
             if dest == q or not problem.allowed[t, dest]:
                 continue
             at = int(np.searchsorted(start[orders[dest]], start[t], side="right")) if orders[dest] else 0
