@@ -265,7 +265,9 @@ def against_saga(
                             from solvers.polish import polish as polish_orders
 
                             t1 = time.perf_counter()
-                            better = polish_orders(problem, result.schedule, time_limit=polish)
+                            better = polish_orders(
+                                problem, result.schedule, time_limit=polish, bound=result.lower_bound
+                            )
                             took = cells["best"][-1][0] + time.perf_counter() - t1
                             validate(problem, better.schedule)
                             cells.setdefault("polish", []).append((took, better.objective))

@@ -76,6 +76,14 @@ def time_orders(
     ``arrival(e, end)``, when given, replaces ``end + delay[e]`` for every edge ``e`` whose delay is
     paid (say, a transfer over a link whose bandwidth varies in time); it must not return less.
     """
+    return timed_in_order(problem, orders, arrival)[0]
+
+
+def timed_in_order(
+    problem: Problem, orders: Sequence[Sequence[int]], arrival: Callable[[int, int], int] | None = None
+) -> tuple[Schedule, list[int]]:
+    """`time_orders`, and the order in which it timed the tasks: a topological order of the edges
+    and the processor orders together (`solvers.polish` re-times from it after a move)."""
     problem.require_rigid("time_orders")
     n = problem.num_tasks
     proc = check_orders(problem, orders)
@@ -96,10 +104,10 @@ def time_orders(
     deg = np.bincount(all_dst, minlength=n).tolist()
     start = [0] * n
     queue = deque(i for i in range(n) if deg[i] == 0)
-    done = 0
+    timed: list[int] = []
     while queue:
         u = queue.popleft()
-        done += 1
+        timed.append(u)
         fin = start[u] + dur[u]
         for k in range(ptr[u], ptr[u + 1]):
             v = tgt[k]
@@ -109,9 +117,9 @@ def time_orders(
             deg[v] -= 1
             if deg[v] == 0:
                 queue.append(v)
-    if done < n:
+    if len(timed) < n:
         _raise_deadlock(problem, orders, np.asarray(deg), src, dst)
-    return Schedule(processor=proc, start=np.asarray(start, dtype=np.int64))
+    return Schedule(processor=proc, start=np.asarray(start, dtype=np.int64)), timed
 
 
 def _raise_deadlock(problem, orders, deg, src, dst) -> None:

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import solvers.polish
-from solvers import Problem, Schedule, validate
+from solvers import Deadlock, Problem, Schedule, time_orders, validate
 from solvers.listsched import list_schedule
 from solvers.polish import polish
 from tests.solvers.strategies import problems
@@ -108,3 +108,51 @@ def test_polish_stops_at_a_known_bound():
     assert bounded.objective == 5 and bounded.info["tried"] == bounded.info["kept"] == 1
     assert not bounded.info["local_optimum"]
     assert polish(p, s).info["local_optimum"]
+
+
+@pytest.mark.parametrize("objective", ["makespan", "span"])
+def test_a_move_is_retimed_as_a_full_timing_would(objective):
+    """`_Timing` re-times only what a move reaches. On random problems (unrelated processors, link
+    factors, zero-length tasks) and random moves, its score and the schedule it makes equal those of
+    timing the moved orders in full, and where it finds a deadlock, so does the full timing."""
+    rng = np.random.default_rng(7)
+    checked = deadlocks = 0
+    for _ in range(150):
+        n, P = int(rng.integers(2, 16)), int(rng.integers(1, 5))
+        pairs = rng.integers(0, n, size=(2 * n, 2))
+        edges = np.unique(np.sort(pairs[pairs[:, 0] != pairs[:, 1]], axis=1), axis=0).reshape(-1, 2)
+        link = rng.integers(0, 4, size=(P, P))
+        p = Problem.unrelated(
+            rng.integers(0, 7, size=(n, P)), edges=edges, delay=rng.integers(0, 5, len(edges)), link=link
+        )
+        orders = [[] for _ in range(P)]
+        for t in range(n):  # index order is topological: these orders can run
+            orders[int(rng.integers(P))].append(t)
+        timing = solvers.polish._Timing(p, orders)
+        for _ in range(20):
+            q = int(rng.choice([r for r in range(P) if orders[r]]))
+            k, dest = int(rng.integers(len(orders[q]))), int(rng.integers(P))
+            to = int(rng.integers(len(orders[dest]) + (dest != q)))
+            trial = list(orders)
+            source = list(orders[q])
+            task = source.pop(k)
+            order = source if dest == q else list(orders[dest])
+            order.insert(to, task)
+            trial[q], trial[dest] = source, order
+            scored = timing.trial(orders, q, k, dest, to, objective)
+            if scored is False:  # it says the moved orders deadlock: they do
+                with pytest.raises(Deadlock):
+                    time_orders(p, trial)
+                deadlocks += 1
+                continue
+            if scored is None:  # no room left between its keys: polish times such a move in full
+                continue
+            full = time_orders(p, trial)  # a key order exists, so the moved orders cannot deadlock
+            assert scored[0] == solvers.polish._score(p, full, objective)
+            checked += 1
+            if rng.random() < 0.5:
+                made = timing.apply(scored[1])
+                assert made.start.tolist() == full.start.tolist()
+                assert made.processor.tolist() == full.processor.tolist()
+                orders = trial
+    assert checked > 1000 and deadlocks > 100
