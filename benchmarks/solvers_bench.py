@@ -194,18 +194,33 @@ def _saga_child(conn, problem_arrays, algorithm: str) -> None:
     conn.send((seconds, proc, start))
 
 
-def run_saga(problem: Problem, saga: tuple, algorithm: str, timeout: float) -> tuple[float | None, int | None]:
+def run_saga(
+    problem: Problem, saga: tuple, algorithm: str, timeout: float, hash_seed: int = 0
+) -> tuple[float | None, int | None]:
     """saga's ``algorithm`` (HEFT, CPoP or FCP) on ``problem`` in a child process: (seconds inside
     its ``schedule`` call, makespan) after our validator passed its schedule, or (None, None) past
-    ``timeout`` seconds (building saga's graph included; the child is killed)."""
+    ``timeout`` seconds (building saga's graph included; the child is killed).
+
+    The child starts with ``PYTHONHASHSEED=hash_seed``: on heterogeneous instances saga's schedules
+    depend on Python's string hashing (the order in which it walks sets of task names), so without a
+    fixed seed they change from run to run, by up to 10% on 100 tasks."""
     import multiprocessing as mp
+    import os
 
     from solvers import Schedule
 
-    ctx = mp.get_context("fork")
+    ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)
     worker = ctx.Process(target=_saga_child, args=(child, saga, algorithm))
-    worker.start()
+    before = os.environ.get("PYTHONHASHSEED")
+    os.environ["PYTHONHASHSEED"] = str(hash_seed)
+    try:
+        worker.start()
+    finally:
+        if before is None:
+            del os.environ["PYTHONHASHSEED"]
+        else:
+            os.environ["PYTHONHASHSEED"] = before
     if not parent.poll(timeout):
         worker.kill()
         worker.join()
@@ -227,6 +242,7 @@ def against_saga(
     classes: list[str],
     lns: float = 0.0,
     polish: float = 0.0,
+    hash_seed: int = 0,
 ) -> None:
     """Per instance class (kind, equal or heterogeneous processors, tasks, processors), the median
     over ``seeds`` seeds of makespan and seconds: ours (``best``: list, heft, cpop, peft, fcp; and
@@ -234,7 +250,8 @@ def against_saga(
     ``lns`` seconds, also CP-SAT LNS from best's schedule (equal processors only: CP-SAT refuses
     heterogeneous ones) and its proven bound. With ``polish`` seconds, also best's schedule polished
     (`solvers.polish`: order and processor moves on its critical chain) for at most that long, and
-    the seconds of best and polish together."""
+    the seconds of best and polish together. saga runs with ``PYTHONHASHSEED=hash_seed`` (see
+    `run_saga`)."""
     from statistics import median
 
     from solvers.heuristics import best
@@ -273,7 +290,7 @@ def against_saga(
                             cells.setdefault("polish", []).append((took, better.objective))
                     cells.setdefault("bound", []).append((0.0, result.lower_bound))
                     for a in algorithms:
-                        cells.setdefault(a, []).append(run_saga(problem, saga, a, timeout))
+                        cells.setdefault(a, []).append(run_saga(problem, saga, a, timeout, hash_seed))
                     if lns and not problem.is_heterogeneous:
                         from solvers.lns import cpsat_lns
 
@@ -349,6 +366,13 @@ def main() -> None:
         help="--saga: also best's schedule polished (solvers.polish) for at most this long per instance",
     )
     parser.add_argument(
+        "--hash-seed",
+        type=int,
+        default=0,
+        help="--saga: PYTHONHASHSEED of saga's processes; its schedules of heterogeneous instances depend on it "
+        "(default 0)",
+    )
+    parser.add_argument(
         "--classes",
         default="layered,erdos,layered-het,erdos-het",
         help="--saga: instance classes, -het for heterogeneous processors and links (default: all four)",
@@ -364,6 +388,7 @@ def main() -> None:
             args.classes.split(","),
             args.lns,
             args.polish,
+            args.hash_seed,
         )
         return
     scale = 10 if args.quick else 1
