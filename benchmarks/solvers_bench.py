@@ -241,17 +241,16 @@ def against_saga(
     timeout: float,
     classes: list[str],
     lns: float = 0.0,
-    polish: float = 0.0,
+    ils: float = 0.0,
     hash_seed: int = 0,
 ) -> None:
     """Per instance class (kind, equal or heterogeneous processors, tasks, processors), the median
     over ``seeds`` seeds of makespan and seconds: ours (``best``: list, heft, cpop, peft, fcp; and
     ``list`` and ``heft`` alone) against saga's HEFT, CPoP and FCP, with our lower bound. With
     ``lns`` seconds, also CP-SAT LNS from best's schedule (equal processors only: CP-SAT refuses
-    heterogeneous ones) and its proven bound. With ``polish`` seconds, also best's schedule polished
-    (`solvers.polish`: order and processor moves on its critical chain) for at most that long, and
-    the seconds of best and polish together. saga runs with ``PYTHONHASHSEED=hash_seed`` (see
-    `run_saga`)."""
+    heterogeneous ones) and its proven bound. With ``ils`` seconds, also `solvers.polish.ils` (best's
+    schedule polished along its critical chain, kicked at each local optimum) with that time limit.
+    saga runs with ``PYTHONHASHSEED=hash_seed`` (see `run_saga`)."""
     from statistics import median
 
     from solvers.heuristics import best
@@ -263,9 +262,9 @@ def against_saga(
     head += ["best/saga best", "saga HEFT s / ours best s", "/ ours list s"]
     if lns:
         head += [f"ours lns {lns:g}s", "lns bound", "lns/saga best"]
-    if polish:
-        head += ["best+polish", "s", "polished/saga best"]
-    rows, wins, polished_wins = [], 0, 0
+    if ils:
+        head += ["ils", "s", "ils/saga best"]
+    rows, wins, ils_wins = [], 0, 0
     for label in classes:
         kind, hetero = label.split("-")[0], label.endswith("-het")
         for n in sizes:
@@ -278,17 +277,14 @@ def against_saga(
                         result = run(problem)
                         cells.setdefault(name, []).append((time.perf_counter() - t0, result.objective))
                         validate(problem, result.schedule)
-                        if name == "best" and polish:
-                            from solvers.polish import polish as polish_orders
-
-                            t1 = time.perf_counter()
-                            better = polish_orders(
-                                problem, result.schedule, time_limit=polish, bound=result.lower_bound
-                            )
-                            took = cells["best"][-1][0] + time.perf_counter() - t1
-                            validate(problem, better.schedule)
-                            cells.setdefault("polish", []).append((took, better.objective))
                     cells.setdefault("bound", []).append((0.0, result.lower_bound))
+                    if ils:
+                        from solvers.polish import ils as iterated
+
+                        t0 = time.perf_counter()
+                        searched = iterated(problem, time_limit=ils)
+                        cells.setdefault("ils", []).append((time.perf_counter() - t0, searched.objective))
+                        validate(problem, searched.schedule)
                     for a in algorithms:
                         cells.setdefault(a, []).append(run_saga(problem, saga, a, timeout, hash_seed))
                     if lns and not problem.is_heterogeneous:
@@ -321,10 +317,10 @@ def against_saga(
                     row += [show(med("lns", 1)), show(med("lns", 0)), f"{med('lns', 1) / min(saga_best):.3f}"]
                 elif lns:
                     row += ["-", "-", "-"]
-                if polish:
-                    tuned = med("polish", 1) / min(saga_best) if saga_best else None
-                    polished_wins += tuned is not None and tuned <= 1
-                    row += [show(med("polish", 1)), show(med("polish", 0), True), f"{tuned:.3f}" if tuned else "-"]
+                if ils:
+                    tuned = med("ils", 1) / min(saga_best) if saga_best else None
+                    ils_wins += tuned is not None and tuned <= 1
+                    row += [show(med("ils", 1)), show(med("ils", 0), True), f"{tuned:.3f}" if tuned else "-"]
                 rows.append(row)
                 print("  ".join(row), flush=True)
     print()
@@ -332,8 +328,8 @@ def against_saga(
     for r in [head, ["-" * w for w in widths], *rows]:
         print("  ".join(x.rjust(w) if c > 1 else x.ljust(w) for c, (x, w) in enumerate(zip(r, widths, strict=True))))
     print(f"\nmedians over {seeds} seeds; ours at most saga's best heuristic on {wins} of {len(rows)} classes")
-    if polish:
-        print(f"best+polish at most saga's best heuristic on {polished_wins} of {len(rows)} classes")
+    if ils:
+        print(f"ils at most saga's best heuristic on {ils_wins} of {len(rows)} classes")
 
 
 def main() -> None:
@@ -359,11 +355,11 @@ def main() -> None:
         "--lns", type=float, default=0.0, metavar="SECONDS", help="--saga: also CP-SAT LNS for this long per instance"
     )
     parser.add_argument(
-        "--polish",
+        "--ils",
         type=float,
         default=0.0,
         metavar="SECONDS",
-        help="--saga: also best's schedule polished (solvers.polish) for at most this long per instance",
+        help="--saga: also iterated local search from best's schedule (solvers.polish.ils) with this time limit",
     )
     parser.add_argument(
         "--hash-seed",
@@ -387,7 +383,7 @@ def main() -> None:
             args.timeout,
             args.classes.split(","),
             args.lns,
-            args.polish,
+            args.ils,
             args.hash_seed,
         )
         return
