@@ -202,8 +202,8 @@ def run_saga(
     ``timeout`` seconds (building saga's graph included; the child is killed).
 
     The child starts with ``PYTHONHASHSEED=hash_seed``: on heterogeneous instances saga's schedules
-    depend on Python's string hashing (the order in which it walks sets of task names), so without a
-    fixed seed they change from run to run, by up to 10% on 100 tasks."""
+    depend on Python's string hashing, so without a fixed seed they change from run to run (erdos-het,
+    100 tasks, 32 processors, seed 0: HEFT 167, 177 and 167 under hash seeds 0, 1 and 2)."""
     import multiprocessing as mp
     import os
 

@@ -303,8 +303,8 @@ def _fcp_place(problem: Problem, allowed: np.ndarray, keys: np.ndarray, deadline
 def best(problem: Problem, /, *, objective: str = "makespan", time_limit: float | None = None) -> Result:
     """Every list heuristic (`list_schedule`, `heft`, `cpop`, `peft`, `fcp`, in that order) and the best
     schedule they give; the bound is the best of theirs. Each gets what is left of ``time_limit``;
-    one that would start after it is skipped (the first always runs), and ``info["candidates"]``
-    says so beside each one's objective or status.
+    one that would start after it is skipped (the first always runs), as are those after a schedule
+    that reaches the bound, and ``info["candidates"]`` says so beside each one's objective or status.
 
     >>> from solvers import Problem
     >>> best(Problem(duration=[3, 1, 1], num_processors=2)).info["chosen"]
@@ -321,6 +321,9 @@ def best(problem: Problem, /, *, objective: str = "makespan", time_limit: float 
         left = deadline - time.perf_counter()
         if left <= 0 and results:  # the first always runs (its own limit stops it)
             candidates[name] = "skipped: time limit"
+            continue
+        if chosen is not None and chosen.objective <= max(r.lower_bound for r in results):
+            candidates[name] = "skipped: optimal found"  # nothing can beat a schedule at the bound
             continue
         result = run(problem, objective=objective, time_limit=None if left == float("inf") else max(left, 1e-3))
         results.append(result)

@@ -16,23 +16,23 @@ Where a task of the chain may run elsewhere (it is in no affinity group), it may
 another processor: to one that runs a predecessor or successor of it, whose transfer it then saves,
 or to one of `ELSEWHERE` others drawn at random. It goes where its start time puts it in that
 processor's order, or one place before. These moves are tried before the others. Against saga
-on random DAGs of 100 and 1,000 tasks on 4 to 32 processors, equal and heterogeneous, polishing the
-best list heuristic's schedule for at most 5 s made it at most saga's best heuristic on 23 of 24
-classes (19 before; `benchmarks/results/solvers_saga_polish-2core-vm.txt`).
+on random DAGs of 100 and 1,000 tasks on 4 to 32 processors, equal and heterogeneous, `ils` (the
+best list heuristic's schedule, then polish with kicks, 5 s) was at most saga's best heuristic on
+24 of 24 classes; `best` alone on 20 (`benchmarks/results/solvers_saga_ils-2core-vm.txt`).
 
-Each step tries these moves in the order of a cheap guess at the makespan each gives: the longest
-path through the moved task, and through the two tasks it leaves, with everything else at its
-current times (ties in random order, ``seed``: moves to another processor first, then the moves to
-the end, and among them tasks without successors first, as moving one delays no other task). On
-random layered DAGs of 1,000 tasks on 32 processors, it found better schedules within 5 s than
-random order did (see `benchmarks/results/solvers_saga_polish-2core-vm.txt`).
+Each step tries these moves in random order (``seed``): moves to another processor first, then the
+moves to the end, and among them tasks without successors first (moving one delays no other task).
+Once `FIRST` of them have failed, the rest are sorted by a cheap guess at the makespan each gives:
+the longest path through the moved task, and through the two tasks it leaves, with everything else
+at its current times. On random layered DAGs of 1,000 tasks on 32 processors (3 seeds, 5 s) that
+gave 707, 698 and 689 where random order gave 713, 704 and 698.
 
 Each step keeps the first move that makes the schedule better: a smaller objective, or the same
 objective and a smaller sum of per-processor spans (for ``span``) or ends of each processor's last
-task (for ``makespan``), which makes room on the chains beside the critical one. When none does, a move that
-keeps the objective (another chain of the same length now fixes it) is taken instead, and the task
-it moved stays put for `TABU` steps; after `SIDEWAYS` such moves in a row without a better schedule
-the search stops, with the best one seen. A move is skipped when its orders deadlock or a
+task (for ``makespan``), which makes room on the chains beside the critical one. When none does, a
+move that keeps the objective (another chain of the same length now fixes it) is taken instead, and
+the task it moved stays put for `TABU` steps; after `SIDEWAYS` such moves in a row without a better
+schedule the search stops, with the best one seen. A move is skipped when its orders deadlock or a
 processor's memory would go over its capacity (tasks on a processor run one after another, so its
 peak is the largest running sum of their memory changes). The search also stops at the time limit,
 at a known lower bound, or where no move keeps the objective (a local optimum).
