@@ -341,6 +341,20 @@ def _across(
     return out
 
 
+def _neighbours(orders: list[list[int]], q: int, k: int, dest: int, to: int):
+    """For the move of the ``k``-th task ``t`` of processor ``q`` to place ``to`` of ``dest``: ``t``,
+    the tasks before and after it on ``q`` (``a``, ``b``), the order it goes into without it
+    (``rest``), and the tasks that will be before and after it there (``c``, ``d``); -1 for none."""
+    order = orders[q]
+    t = order[k]
+    a = order[k - 1] if k else -1
+    b = order[k + 1] if k + 1 < len(order) else -1
+    rest = order[:k] + order[k + 1 :] if dest == q else orders[dest]
+    c = rest[to - 1] if to else -1
+    d = rest[to] if to < len(rest) else -1
+    return t, a, b, rest, c, d
+
+
 class _Timing:
     """The earliest-start timing of the current orders, kept up to date move by move.
 
@@ -383,14 +397,9 @@ class _Timing:
     def trial(self, orders: list[list[int]], q: int, k: int, dest: int, to: int, objective: str):
         """The score (as `_score`) of moving the ``k``-th task of processor ``q`` to place ``to`` of
         ``dest`` (counted without the task where ``dest == q``), and what `apply` needs to make it;
-        None where the move needs a full timing."""
+        False where the moved orders deadlock, None where the move needs a full timing."""
+        t, a, b, rest, c, d = _neighbours(orders, q, k, dest, to)
         order = orders[q]
-        t = order[k]
-        a = order[k - 1] if k else -1
-        b = order[k + 1] if k + 1 < len(order) else -1
-        rest = order[:k] + order[k + 1 :] if dest == q else orders[dest]
-        c = rest[to - 1] if to else -1
-        d = rest[to] if to < len(rest) else -1
         prev, nxt = {t: c}, {t: d}  # the processor neighbours that change
         if a >= 0:
             nxt[a] = b
@@ -529,13 +538,7 @@ class _Timing:
     def estimate(self, orders: list[list[int]], q: int, k: int, dest: int, to: int, tail: list[int]) -> int:
         """The longest path through the moved task and through its old neighbours, with the other
         tasks at their current times: a cheap guess at the move's makespan, to try likely moves first."""
-        order = orders[q]
-        t = order[k]
-        a = order[k - 1] if k else -1
-        b = order[k + 1] if k + 1 < len(order) else -1
-        rest = order[:k] + order[k + 1 :] if dest == q else orders[dest]
-        c = rest[to - 1] if to else -1
-        d = rest[to] if to < len(rest) else -1
+        t, a, b, _, c, d = _neighbours(orders, q, k, dest, to)
         start, dur, proc, link = self.start, self.dur, self.proc, self.link
         dt = self.duration_on[t][dest] if self.duration_on is not None else dur[t]
         head = start[c] + dur[c] if c >= 0 else 0
