@@ -152,7 +152,7 @@ def test_template_or_solver_named_in_the_file_names_the_file_and_field(tmp_path,
     assert code == 2 and f"{tmp_path / 'p.yaml'}: pipeline.schedule: unknown schedule 'zb-h9'" in err[0]
     bad = {**SMALL, "pipeline": {**SMALL["pipeline"], "solver": "nope"}}
     code, err = run(capsys, "solve", problem(tmp_path, bad))
-    valid = "best, cpop, cpsat, fcp, heft, list, lns, peft"
+    valid = "best, cpop, cpsat, fcp, heft, ils, list, lns, peft"
     assert code == 2 and f"pipeline.solver: unknown solver 'nope'; valid: {valid}" in err[0]
 
 
