@@ -363,7 +363,8 @@ class _Timing:
     trial re-times them in a topological order, following a task's successors only where its end
     changed. That order is the one the last full timing used (`solvers.simulate.timed_in_order`), with
     the moved task given a key between its new predecessors' and successors'. Where no such key
-    exists (the move reverses some dependence) the caller times the trial orders in full instead."""
+    exists, the move reverses some dependence: `_reorder` moves the tasks concerned behind it, or
+    finds that the move closes a cycle (a deadlock)."""
 
     def __init__(self, problem: Problem, orders: list[list[int]]):
         n = problem.num_tasks
