@@ -114,9 +114,10 @@ def test_polish_stops_at_a_known_bound():
 def test_a_move_is_retimed_as_a_full_timing_would(objective):
     """`_Timing` re-times only what a move reaches. On random problems (unrelated processors, link
     factors, zero-length tasks) and random moves, its score and the schedule it makes equal those of
-    timing the moved orders in full, and where it finds a deadlock, so does the full timing."""
+    timing the moved orders in full; where it finds a deadlock, so does the full timing, and where it
+    says the makespan exceeds a cutoff, it does."""
     rng = np.random.default_rng(7)
-    checked = deadlocks = 0
+    checked = deadlocks = worse = 0
     for _ in range(150):
         n, P = int(rng.integers(2, 16)), int(rng.integers(1, 5))
         pairs = rng.integers(0, n, size=(2 * n, 2))
@@ -139,7 +140,15 @@ def test_a_move_is_retimed_as_a_full_timing_would(objective):
             order = source if dest == q else list(orders[dest])
             order.insert(to, task)
             trial[q], trial[dest] = source, order
-            scored = timing.trial(orders, q, k, dest, to, objective)
+            try:  # at the makespan itself, or just below it, the cutoff is where a wrong bound shows
+                cutoff = time_orders(p, trial).makespan(p) - int(rng.integers(0, 3))
+            except Deadlock:
+                cutoff = None
+            scored = timing.trial(orders, q, k, dest, to, objective, cutoff)
+            if scored is solvers.polish.WORSE:  # it says the makespan exceeds the cutoff: it does
+                assert time_orders(p, trial).makespan(p) > cutoff
+                worse += 1
+                continue
             if scored is False:  # it says the moved orders deadlock: they do
                 with pytest.raises(Deadlock):
                     time_orders(p, trial)
@@ -151,11 +160,11 @@ def test_a_move_is_retimed_as_a_full_timing_would(objective):
             assert scored[0] == solvers.polish._score(p, full, objective)
             checked += 1
             if rng.random() < 0.5:
-                made = timing.apply(scored[1])
+                made = timing.apply(scored[1], trial)
                 assert made.start.tolist() == full.start.tolist()
                 assert made.processor.tolist() == full.processor.tolist()
                 orders = trial
-    assert checked > 1000 and deadlocks > 100
+    assert checked > 1000 and deadlocks > 100 and worse > 100
 
 
 @settings(max_examples=40, deadline=None)
