@@ -66,7 +66,7 @@ import time
 
 import numpy as np
 
-from solvers.graph import csr
+from solvers.graph import csr, longest_to_sinks
 from solvers.problem import OBJECTIVES, Problem, Result, Schedule
 from solvers.simulate import Deadlock, tight_chain, time_orders, timed_in_order
 from solvers.validate import violations
@@ -167,7 +167,7 @@ def polish(
             order = source if dest == q else list(orders[dest])
             order.insert(to, task)
             trial[q], trial[dest] = source, order
-            if any(r in limited and np.cumsum(delta[trial[r]]).max(initial=0) > capacity[r] for r in {q, dest}):
+            if _overflows(problem, trial, {q, dest} & limited):
                 continue
             tried += 1
             timed_here += 1
@@ -254,8 +254,7 @@ def _kick(problem, timing, orders, schedule, movable, rng, limited):
     """Orders near ``orders``: a few random tasks moved to a random allowed processor (where its
     start puts them there) or swapped with the next task on theirs; timed (``timing`` reset to them).
     None when 20 draws all deadlock or overflow memory."""
-    n, P = problem.num_tasks, problem.num_processors
-    capacity, delta = problem.capacity, problem.mem_delta
+    n = problem.num_tasks
     for _ in range(20):
         trial = [list(o) for o in orders]
         proc = schedule.processor.tolist()
@@ -268,18 +267,29 @@ def _kick(problem, timing, orders, schedule, movable, rng, limited):
                 if dest == q:
                     continue
                 trial[q].pop(k)
-                at = np.searchsorted(schedule.start[trial[dest]], schedule.start[t], side="right") if trial[dest] else 0
-                trial[dest].insert(int(at), t)
+                trial[dest].insert(_place_by_start(schedule.start, trial[dest], t), t)
                 proc[t] = dest
             elif k + 1 < len(trial[q]):
                 trial[q][k], trial[q][k + 1] = trial[q][k + 1], trial[q][k]
-        if any(r in limited and np.cumsum(delta[trial[r]]).max(initial=0) > capacity[r] for r in range(P)):
+        if _overflows(problem, trial, limited):
             continue
         try:
             return trial, timing.reset(trial)
         except Deadlock:
             continue
     return None
+
+
+def _overflows(problem: Problem, orders: list[list[int]], processors) -> bool:
+    """Whether any of ``processors`` goes over its memory capacity running its order: tasks on a
+    processor run one after another, so its peak is the largest running sum of their changes."""
+    delta, capacity = problem.mem_delta, problem.capacity
+    return any(np.cumsum(delta[orders[r]]).max(initial=0) > capacity[r] for r in processors)
+
+
+def _place_by_start(start: np.ndarray, order: list[int], t: int) -> int:
+    """Where task ``t``'s start puts it in ``order`` (after the tasks that start no later)."""
+    return int(np.searchsorted(start[order], start[t], side="right")) if order else 0
 
 
 def _score(problem: Problem, schedule: Schedule, objective: str) -> tuple[int, int]:
@@ -341,7 +351,7 @@ def _across(
         for dest in set(beside) | set(rng.integers(0, P, size=ELSEWHERE).tolist()):
             if dest == q or not problem.allowed[t, dest]:
                 continue
-            at = int(np.searchsorted(start[orders[dest]], start[t], side="right")) if orders[dest] else 0
+            at = _place_by_start(start, orders[dest], t)
             out += [(q, k, dest, to) for to in {at, max(at - 1, 0)}]
     return out
 
@@ -403,17 +413,16 @@ class _Timing:
         return schedule
 
     def _places(self, orders: list[list[int]], processors) -> None:
-        """Each task's place in its processor's order, and the work after it there (its durations
-        on that processor), for the given ``processors``."""
-        duration_on, base = self.duration_on, self.problem.duration
+        """Each task's place in its processor's order, and the work after it there, for the given
+        ``processors``."""
+        dur = self.dur
         for r in processors:
             order = orders[r]
-            durs = [duration_on[v][r] for v in order] if duration_on is not None else base[order].tolist()
             work = 0
             for i in range(len(order) - 1, -1, -1):
                 v = order[i]
                 self.pos[v], self.after[v] = i, work
-                work += durs[i]
+                work += dur[v]
 
     def trial(
         self, orders: list[list[int]], q: int, k: int, dest: int, to: int, objective: str, cutoff: int | None = None
@@ -537,8 +546,9 @@ class _Timing:
     def apply(self, made, orders: list[list[int]]) -> Schedule:
         """Make a move `trial` scored, whose orders are ``orders``; the schedule it gives."""
         t, dest, dt, moved, new, prev, nxt = made
-        self._places(orders, {self.proc[t], dest})
+        source = self.proc[t]
         self.proc[t], self.dur[t] = dest, dt
+        self._places(orders, {source, dest})
         for v, k in moved.items():
             self.key[v] = k
         for v, s in new.items():
@@ -552,23 +562,15 @@ class _Timing:
     def tails(self) -> list[int]:
         """Per task: the longest way from its start to the end of the schedule (its duration, then
         its processor successor's tail or a successor's paid delay and tail)."""
-        proc, dur, link = self.proc, self.dur, self.link
-        tail = [0] * len(proc)
-        for v in sorted(range(len(proc)), key=self.key.__getitem__, reverse=True):
-            w = self.next[v]
-            best = tail[w] if w >= 0 else 0
-            pv = proc[v]
-            for x in self.succs[v]:
-                px = proc[x]
-                e = (
-                    tail[x]
-                    if px == pv
-                    else tail[x] + (self.delays[v][x] if link is None else self.delays[v][x] * link[pv][px])
-                )
-                if e > best:
-                    best = e
-            tail[v] = dur[v] + best
-        return tail
+        n = len(self.proc)
+        proc = np.asarray(self.proc, dtype=np.int64)
+        dur = np.asarray(self.dur, dtype=np.int64)
+        chained = np.flatnonzero(np.asarray(self.next) >= 0)
+        chain = np.stack([chained, np.asarray(self.next)[chained]], axis=1)
+        edges = np.concatenate([self.problem.edges, chain]).reshape(-1, 2)
+        weight = np.concatenate([self.problem.edge_delays(proc), np.zeros(len(chain), dtype=np.int64)])
+        order = np.argsort(np.asarray(self.key), kind="stable")  # a topological order of those edges
+        return (dur + longest_to_sinks(order, n, edges, dur, weight)).tolist()
 
     def estimate(self, orders: list[list[int]], q: int, k: int, dest: int, to: int, tail: list[int]) -> int:
         """The longest path through the moved task and through its old neighbours, with the other
