@@ -37,40 +37,30 @@ from itertools import product
 import numpy as np
 
 from layersched.describe.stages import Pipeline
+from layersched.schedule.graph import parse_action
 
 
-def simulate(
-    pipe: Pipeline, cap: float, *, order: str, backward_first: bool, reserve: str = "all"
-) -> tuple[list[list[str]], int] | None:
-    """Per-rank compute orders of one greedy variant and their steady-state span (each pass starts as
-    early as its rank and input allow: the earliest-start timing of these orders), or None when the
-    variant cannot go on. Memory never exceeds ``cap``: each ``reserve`` rule admits a forward only
-    where it fits (with ``"all"``, every later forward of a micro-batch is covered by its reservation)."""
-    S, m, R = pipe.num_stages, pipe.num_microbatches, pipe.num_ranks
-    rank = pipe.stage_to_rank()
-    dur = {
-        k: [int(t) + pipe.overhead(k) for t in x]
-        for k, x in (("F", pipe.forward), ("I", pipe.backward_input), ("W", pipe.backward_weight))
-    }
-    mf, mw = pipe.mem_forward.tolist(), pipe.mem_freed_by_weight.tolist()
-    c = pipe.transfer.tolist()
-    mine = [[s for s in range(S) if rank[s] == r] for r in range(R)]
-    first_stage = [min(st) for st in mine]
-    footprint = [sum(mf[s] for s in st) for st in mine]
-    end: dict[tuple[str, int, int], int] = {}
-    nxt = {k: [0] * S for k in "FIW"}  # next micro-batch of each kind per stage (micro-batch order)
-    free, mem, reserves, first = [0] * R, [0] * R, [0] * R, [None] * R
-    todo_here: list[dict[int, int]] = [{} for _ in range(R)]  # micro-batch -> activations still to come here
-    orders: list[list[str]] = [[] for _ in range(R)]
-    kind_rank = {"I": 0, "F": 1, "W": 2} if backward_first else {"F": 0, "I": 1, "W": 2}
-    priority = {  # within a kind: the variant's ordering; ``way`` is the direction the pass travels
-        "depth": lambda i, s, way: (i, -s),
-        "breadth": lambda i, s, way: (way, i),
-        "grouped": lambda i, s, way: (i // R, way, i),
-    }[order]
+class _Flow:
+    """Pass durations (action overhead included), per-rank stages and memory of a pipeline, and when
+    each pass's input is there, from the ends of the passes timed so far."""
 
-    def arrival(k: str, s: int, i: int) -> int | None:
+    def __init__(self, pipe: Pipeline) -> None:
+        self.S, self.m, self.R = pipe.num_stages, pipe.num_microbatches, pipe.num_ranks
+        self.rank = pipe.stage_to_rank()
+        self.dur = {
+            k: [int(t) + pipe.overhead(k) for t in x]
+            for k, x in (("F", pipe.forward), ("I", pipe.backward_input), ("W", pipe.backward_weight))
+        }
+        mf, mw = pipe.mem_forward.tolist(), pipe.mem_freed_by_weight.tolist()
+        self.mf = mf
+        self.delta = {"F": mf, "I": [w - f for f, w in zip(mf, mw, strict=True)], "W": [-w for w in mw]}
+        self.c = pipe.transfer.tolist()
+        self.mine = [[s for s in range(self.S) if self.rank[s] == r] for r in range(self.R)]
+        self.end: dict[tuple[str, int, int], int] = {}
+
+    def arrival(self, k: str, s: int, i: int) -> int | None:
         """When the input of pass ``k`` of micro-batch ``i`` on stage ``s`` is there (None: not yet)."""
+        end, rank, c, S = self.end, self.rank, self.c, self.S
         if k == "F":
             if s == 0:
                 return 0
@@ -82,6 +72,55 @@ def simulate(
             e = end.get(("I", s + 1, i))
             return None if e is None else e + (c[s] if rank[s + 1] != rank[s] else 0)
         return end.get(("I", s, i))
+
+
+def replay(pipe: Pipeline, orders: list[list[str]]) -> int | None:
+    """The steady-state span (the largest per-rank span of the compute passes) of fixed per-rank
+    orders timed at their earliest starts, or None when they deadlock. Memory is not checked. A quick
+    measure for templates that choose among orders; the task graph's timing has the last word."""
+    flow = _Flow(pipe)
+    todo = [[parse_action(a) for a in order] for order in orders]
+    pos, free, first = [0] * len(todo), [0] * len(todo), [None] * len(todo)
+    moved = True
+    while moved:
+        moved = False
+        for r, acts in enumerate(todo):
+            while pos[r] < len(acts):
+                s, k, i = acts[pos[r]]
+                t = flow.arrival(k, s, i)
+                if t is None:
+                    break
+                t = max(t, free[r])
+                first[r] = t if first[r] is None else first[r]
+                flow.end[k, s, i] = free[r] = t + flow.dur[k][s]
+                pos[r], moved = pos[r] + 1, True
+    if any(p < len(acts) for p, acts in zip(pos, todo, strict=True)):
+        return None
+    return max(free[r] - first[r] for r in range(len(todo)) if first[r] is not None)
+
+
+def simulate(
+    pipe: Pipeline, cap: float, *, order: str, backward_first: bool, reserve: str = "all"
+) -> tuple[list[list[str]], int] | None:
+    """Per-rank compute orders of one greedy variant and their steady-state span (each pass starts as
+    early as its rank and input allow: the earliest-start timing of these orders), or None when the
+    variant cannot go on. Memory never exceeds ``cap``: each ``reserve`` rule admits a forward only
+    where it fits (with ``"all"``, every later forward of a micro-batch is covered by its reservation)."""
+    flow = _Flow(pipe)
+    S, m, R = flow.S, flow.m, flow.R
+    dur, mf, mine, end, arrival = flow.dur, flow.mf, flow.mine, flow.end, flow.arrival
+    first_stage = [min(st) for st in mine]
+    footprint = [sum(mf[s] for s in st) for st in mine]
+    nxt = {k: [0] * S for k in "FIW"}  # next micro-batch of each kind per stage (micro-batch order)
+    free, mem, reserves, first = [0] * R, [0] * R, [0] * R, [None] * R
+    todo_here: list[dict[int, int]] = [{} for _ in range(R)]  # micro-batch -> activations still to come here
+    orders: list[list[str]] = [[] for _ in range(R)]
+    kind_rank = {"I": 0, "F": 1, "W": 2} if backward_first else {"F": 0, "I": 1, "W": 2}
+    priority = {  # within a kind: the variant's ordering; ``way`` is the direction the pass travels
+        "depth": lambda i, s, way: (i, -s),
+        "breadth": lambda i, s, way: (way, i),
+        "grouped": lambda i, s, way: (i // R, way, i),
+    }[order]
 
     def fits(r: int, s: int, i: int) -> bool:
         if reserve == "none":  # only the pass's own room: may stall (the variant is then dropped)
@@ -137,9 +176,7 @@ def simulate(
             todo_here[r][i] = todo_here[r].get(i, footprint[r]) - mf[s]
             if todo_here[r][i] == 0:
                 del todo_here[r][i]
-            mem[r] += mf[s]
-        else:
-            mem[r] -= (mf[s] - mw[s]) if k == "I" else mw[s]
+        mem[r] += flow.delta[k][s]
         orders[r].append(f"{s}{k}{i}")
         todo -= 1
     return orders, max(free[r] - first[r] for r in range(R))

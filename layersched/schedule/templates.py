@@ -253,34 +253,101 @@ def interleaved_zb(pipe: Pipeline) -> list[list[str]]:
     ``m`` to be a multiple of ``max(1, m // p)``. Peak: ``(v-1)g + p - r`` stage activations on rank
     ``r``, interleaved 1F1B's less the ``p-1-r`` forwards it adds in its warm-up.
     """
-    p, v, m = pipe.num_ranks, pipe.stages_per_rank, pipe.num_microbatches
+    p, m = pipe.num_ranks, pipe.num_microbatches
     rounds = max(1, m // p)
     _need_multiple("interleaved-zb", m, rounds, "the number of rounds, max(1, m // p)")
-    g, total = m // rounds, m * v
+    return _rounds_orders(pipe, m // rounds)
 
-    def stage(r: int, k: int, backward: bool) -> int:
-        chunk = (k // g) % v
-        return (v - 1 - chunk if backward else chunk) * p + r
 
+def _rounds_orders(pipe: Pipeline, g: int) -> list[list[str]]:
+    """`interleaved_zb`'s orders with rounds of ``g`` micro-batches (the last round may be smaller)."""
+    p, v, m = pipe.num_ranks, pipe.stages_per_rank, pipe.num_microbatches
+    rounds = [range(a, min(a + g, m)) for a in range(0, m, g)]
+    forward = [c for rd in rounds for c in range(v) for _ in rd]  # the chunk of each forward, in turn
+    total = m * v
     out = []
     for r in range(p):
-        warm = min((v - 1) * g + p - 1 - r, total)
+        warm = min((v - 1) * len(rounds[0]) + p - 1 - r, total)
         # the k-th step: a forward (while any are left past the warm-up), then the (k - warm)-th I
-        steps = [(k, None) for k in range(warm)]
-        steps += [(k if k < total else None, k - warm) for k in range(warm, warm + total)]
         put, owed = _Counter(), []
-        for fwd, bwd in steps:
-            if fwd is not None:
-                put(stage(r, fwd, False), "F")
-            if bwd is not None:
-                put(stage(r, bwd, True), "I")
-                owed.append(stage(r, bwd, True))
-                if len(owed) > r:  # W trails I by r
-                    put(owed.pop(0), "W")
+        for k in range(warm):
+            put(forward[k] * p + r, "F")
+        for k in range(total):
+            if warm + k < total:
+                put(forward[warm + k] * p + r, "F")
+            s = (v - 1 - forward[k]) * p + r  # backwards walk each round's chunks in reverse
+            put(s, "I")
+            owed.append(s)
+            if len(owed) > r:  # W trails I by r
+                put(owed.pop(0), "W")
         for s in owed:
             put(s, "W")
         out.append(put.names(m))
     return out
+
+
+@template("interleaved-zb-mem", split_backward=True, stages_per_rank=(2, None), greedy=True)
+def interleaved_zb_mem(pipe: Pipeline) -> list[list[str]]:
+    """Interleaved zero bubble with rounds sized to the memory limit: torch's order, any round size.
+
+    `interleaved_zb`'s order with rounds of ``g`` micro-batches for any ``g`` (the last round may be
+    smaller, so any ``m``). A round's forwards are what a rank holds at its peak, ``(v-1)g + p - r``
+    stage activations, so the largest ``g`` within the limit keeps the pipeline fullest. The largest
+    ``g`` whose orders stay within the limit (found by bisection on their peak, which grows with
+    ``g``) and the next smaller ones are timed, until four that do not deadlock (small rounds with
+    many ranks can), and torch's round size where it applies and fits; the fastest is kept. So it
+    is never slower than ``interleaved-zb`` where that fits the limit; under less memory, or where
+    ``m`` is not a multiple of the rounds, it is often far faster than anything else that fits.
+    """
+    from layersched.schedule.greedy import replay
+
+    m = pipe.num_microbatches
+    cap = _capacity("interleaved-zb-mem", pipe, pipe.least_memory())
+    delta = {"F": pipe.mem_forward.tolist(), "W": [-w for w in pipe.mem_freed_by_weight.tolist()]}
+    delta["I"] = [-f - w for f, w in zip(delta["F"], delta["W"], strict=True)]
+
+    def fits(g: int) -> bool:
+        """Whether every rank's memory stays within the limit: it changes only by its own passes."""
+        for order in _rounds_orders(pipe, g):
+            held = 0
+            for a in order:
+                s, k, _ = parse_action(a)
+                held += delta[k][s]
+                if held > cap:
+                    return False
+        return True
+
+    lo, hi = 0, m  # the largest g in 1..m that fits (0: none)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+    timed = []
+    for g in range(lo, max(0, lo - TRIED_ROUND_SIZES), -1):
+        span = replay(pipe, _rounds_orders(pipe, g))
+        if span is not None:
+            timed.append((span, g))
+            if len(timed) == 4:
+                break
+    rounds = max(1, m // pipe.num_ranks)  # torch's order, where it applies and fits
+    if m % rounds == 0 and m // rounds not in [g for _, g in timed] and fits(m // rounds):
+        span = replay(pipe, _rounds_orders(pipe, m // rounds))
+        if span is not None:
+            timed.append((span, m // rounds))
+    if not lo:
+        raise TemplateError(
+            f"schedule 'interleaved-zb-mem': even rounds of one micro-batch exceed memory_limit {cap} "
+            f"{pipe.memory_unit} (rank r holds v - 1 + p - r stage activations at its peak); try chunk-greedy"
+        )
+    if not timed:
+        raise TemplateError(
+            f"schedule 'interleaved-zb-mem': its orders with rounds of {max(1, lo - TRIED_ROUND_SIZES + 1)} to "
+            f"{lo} micro-batches, the most within the memory limit, deadlock; try chunk-greedy"
+        )
+    return _rounds_orders(pipe, min(timed)[1])
+
+
+TRIED_ROUND_SIZES = 12
+"""Round sizes `interleaved_zb_mem` times at most, from the largest that fits down."""
 
 
 # -- V-shaped schedules (two stages per rank: r going down, 2p-1-r coming back) -----------------------
