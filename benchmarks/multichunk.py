@@ -9,11 +9,12 @@ For each row, at the problem's own memory limit (1F1B's activations):
   rate, its proven gap, where it came from, its wall time and peak memory (min / median / max).
 
 Rows: the bundled ``zb-v-6.2b`` (p=16) and ``zb-interleaved-1.5b`` (p=8); the V row re-cut to
-p=32, m=256 (the issue's largest: 4 GB at most, within the limit); and the interleaved row re-cut to
+p=32, m=256 (the issue's largest: 4 GB at most, within the limit); the interleaved row re-cut to
 p=4, m=8 and p=6, m=12 (rows of the same kind, smaller: where the search reaches the bound, and where
-it stops doing so).
+it stops doing so); and the interleaved row under 18 stage activations per rank, 3/4 of 1F1B's (no
+peer's order fits there).
 
-Usage: python benchmarks/multichunk.py [--runs 3] [--time-limit 60]   (about 11 minutes on 2 cores)
+Usage: python benchmarks/multichunk.py [--runs 3] [--time-limit 60]   (about 14 minutes on 2 cores)
 """
 
 from __future__ import annotations
@@ -40,15 +41,16 @@ ROOT = Path(__file__).resolve().parents[1]
 PUBLISHED = {"zb-v-6.2b": ("ZB authors' V generator", 0.0697)}
 
 
-def recut(tmp: Path, base: str, ranks: int, microbatches: int) -> Path:
+def recut(tmp: Path, base: str, ranks: int, microbatches: int, activations: int | None = None) -> Path:
     """The bundled row ``base`` re-cut to ``ranks`` ranks and ``microbatches`` (the same stages per rank
     and per-chunk costs), under 1F1B's memory as the row has it: ``ranks`` activations of each stage on
-    a rank."""
+    a rank; or under ``activations`` stage activations per rank."""
     doc = yaml.safe_load((ROOT / "problems" / f"{base}.yaml").read_text())
     p = doc["pipeline"]
     v = p["stages_per_rank"]
-    doc["name"] = f"{base}-p{ranks}-m{microbatches}"
-    p.update(stages=v * ranks, microbatches=microbatches, memory_limit=v * ranks * p["memory_forward"])
+    held = v * ranks if activations is None else activations
+    doc["name"] = f"{base}-p{ranks}-m{microbatches}" + ("" if activations is None else f"-a{activations}")
+    p.update(stages=v * ranks, microbatches=microbatches, memory_limit=held * p["memory_forward"])
     path = tmp / f"{doc['name']}.yaml"
     path.write_text(yaml.safe_dump(doc))
     return path
@@ -61,6 +63,7 @@ def rows(tmp: Path) -> list[Path]:
         recut(tmp, "zb-v-6.2b", 32, 256),
         recut(tmp, "zb-interleaved-1.5b", 4, 8),
         recut(tmp, "zb-interleaved-1.5b", 6, 12),
+        recut(tmp, "zb-interleaved-1.5b", 8, 24, activations=18),
     ]
 
 
