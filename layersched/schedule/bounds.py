@@ -37,6 +37,14 @@ pass, and the last forward's micro-batch still has its chain to ``q``'s ``W`` pa
 ``span_q >= head + block + tail``. On Zero Bubble's ZB-V row (p=16) it gives a bubble of 0.0697,
 which the ZB authors' V generator reaches (published 0.0697): the V's middle rank is such a ``k``.
 
+**Memory time** (under a memory limit; the strong one when the limit is low). Memory is taken when a
+forward starts and given back when the pass that frees it ends. So on rank ``q`` every micro-batch
+holds the activation of each of ``q``'s stages ``s`` at least for the chain from the start of ``F(s)``
+to the end of ``I(s)`` (the part ``W`` frees, until the end of ``W(s)``). All of it lies inside
+``q``'s span, where at most the limit is held at any time: ``span_q * limit >= m * sum over s of
+memory * time held``. With a limit of one micro-batch's activations it is about the schedule that
+runs the micro-batches one after the other.
+
 Example
 -------
 >>> from layersched.describe.config import ProblemSpec
@@ -45,7 +53,7 @@ Example
 ...     "stages": 4, "microbatches": 8, "forward": 2, "backward_input": 2, "backward_weight": 1,
 ...     "memory_forward": 4, "memory_freed_by_weight": 1, "memory_limit": 16}}))
 >>> pipeline_bounds(pipe, [0, 1, 2, 3], "span")
-{'pipeline_idle': 48, 'memory_relay': 48}
+{'pipeline_idle': 48, 'memory_relay': 48, 'memory_time': 33}
 """
 
 from __future__ import annotations
@@ -170,7 +178,27 @@ def pipeline_bounds(pipe: Pipeline, stage_to_rank: list[int], objective: str) ->
         relay = _relay(rank, m, F, I, W, mf, mw, int(cap), chain, objective)
         if relay:
             out["memory_relay"] = relay
+        held = _memory_time(rank, m, I, W, mf, mw, int(cap), chain, down, objective)
+        if held:
+            out["memory_time"] = held
     return out
+
+
+def _memory_time(rank: list[int], m: int, I, W, mf: list[int], mw: list[int], cap: int, chain, down, objective) -> int:
+    """The memory-time bound (see the module text): on each rank, memory held (bytes times seconds)
+    over its span is at most the limit times the span, and every micro-batch holds each of its
+    stages' activations there at least from the start of its forward to the end of its ``I`` (the
+    part ``W`` frees, to the end of its ``W``). 0 where nothing is held."""
+    best = 0
+    for q in range(max(rank) + 1):
+        mine = [s for s in range(len(rank)) if rank[s] == q]
+        area = m * sum(
+            (mf[s] - mw[s]) * (chain(s, s) + int(I[s])) + mw[s] * (chain(s, s) + int(I[s] + W[s])) for s in mine
+        )
+        if area > 0 and mine:
+            span = -(-area // cap)
+            best = max(best, span if objective == "span" else int(down[mine[0]]) + span)
+    return best
 
 
 def _relay(rank: list[int], m: int, F, I, W, mf: list[int], mw: list[int], cap: int, chain, objective: str) -> int:
