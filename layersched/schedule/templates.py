@@ -295,8 +295,9 @@ def interleaved_zb_mem(pipe: Pipeline) -> list[list[str]]:
     stage activations, so the largest ``g`` within the limit keeps the pipeline fullest. The largest
     ``g`` whose orders stay within the limit (found by bisection on their peak, which grows with
     ``g``) and the next smaller ones are timed, until four that do not deadlock (small rounds with
-    many ranks can), and torch's round size where it applies and fits; the fastest is kept. So it
-    is never slower than ``interleaved-zb`` where that fits the limit; under less memory, or where
+    many ranks can), and torch's round size where it applies and fits; the fastest (by the span of
+    its compute passes, `greedy.replay`) is kept. So it is not slower than ``interleaved-zb`` where
+    that fits the limit (a property test checks it); under less memory, or where
     ``m`` is not a multiple of the rounds, it is often far faster than anything else that fits.
     """
     from layersched.schedule.greedy import replay
@@ -321,6 +322,11 @@ def interleaved_zb_mem(pipe: Pipeline) -> list[list[str]]:
     while lo < hi:
         mid = (lo + hi + 1) // 2
         lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+    if not lo:
+        raise TemplateError(
+            f"schedule 'interleaved-zb-mem': even rounds of one micro-batch exceed memory_limit {cap} "
+            f"{pipe.memory_unit} (rank r holds v - 1 + p - r stage activations at its peak); try chunk-greedy"
+        )
     timed = []
     for g in range(lo, max(0, lo - TRIED_ROUND_SIZES), -1):
         span = replay(pipe, _rounds_orders(pipe, g))
@@ -333,11 +339,6 @@ def interleaved_zb_mem(pipe: Pipeline) -> list[list[str]]:
         span = replay(pipe, _rounds_orders(pipe, m // rounds))
         if span is not None:
             timed.append((span, m // rounds))
-    if not lo:
-        raise TemplateError(
-            f"schedule 'interleaved-zb-mem': even rounds of one micro-batch exceed memory_limit {cap} "
-            f"{pipe.memory_unit} (rank r holds v - 1 + p - r stage activations at its peak); try chunk-greedy"
-        )
     if not timed:
         raise TemplateError(
             f"schedule 'interleaved-zb-mem': its orders with rounds of {max(1, lo - TRIED_ROUND_SIZES + 1)} to "

@@ -1,6 +1,8 @@
 """The memory-bounded greedy for any placement: always a valid schedule at any limit of at least the
 least memory, never over it; with full reservation no variant stalls."""
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -8,7 +10,7 @@ from hypothesis import strategies as st
 
 from layersched.describe.config import ProblemSpec
 from layersched.describe.stages import pipeline_from_spec
-from layersched.schedule.greedy import simulate
+from layersched.schedule.greedy import replay, simulate
 from layersched.schedule.solve import solve_pipeline
 from solvers import validate
 
@@ -89,3 +91,32 @@ def test_oldest_rule_lets_the_oldest_micro_batch_use_its_room(p, m):
     for order in ("depth", "breadth", "grouped"):
         run = simulate(pipe, pipe.capacity, order=order, backward_first=True, reserve="oldest")
         assert run is not None, order
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    ranks=st.integers(1, 4),
+    per_rank=st.integers(2, 3),
+    m=st.integers(1, 5),
+    costs=st.lists(st.tuples(st.integers(1, 9), st.integers(1, 9), st.integers(0, 9)), min_size=12, max_size=12),
+    place=st.sampled_from(["loop", "v"]),
+)
+def test_replay_times_orders_as_the_task_graph_does(ranks, per_rank, m, costs, place):
+    """`replay`'s span is the largest per-rank span of the compute passes in the task graph's timing of
+    the same orders; orders that wait on each other give None."""
+    pipe = pipe_of(ranks, per_rank, m, costs, place, [1] * 12, [0] * 12, 1.0)
+    sol = solve_pipeline(pipe, schedule="chunk-greedy")
+    problem, sched = sol.tasks.problem, sol.schedule
+    end = sched.start + problem.duration
+    compute = [i for i, n in enumerate(problem.names) if re.fullmatch(r"\d+[FIW]\d+", n)]
+    spans = []
+    for r in range(pipe.num_ranks):
+        mine = [i for i in compute if sched.processor[i] == r]
+        spans.append(max(end[mine]) - min(sched.start[mine]))
+    assert replay(pipe, sol.actions()) == max(spans)
+    if ranks > 1:  # the last rank's first I before its first F waits forever
+        orders = [list(o) for o in sol.actions()]
+        last = orders[-1]
+        first_i = next(k for k, a in enumerate(last) if "I" in a)
+        last.insert(0, last.pop(first_i))
+        assert replay(pipe, orders) is None
