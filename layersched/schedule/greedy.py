@@ -17,6 +17,10 @@ stage then micro-batch (``breadth``), or in groups of as many micro-batches as r
 within a group (``grouped``: Megatron's interleaving), and put ``I`` before or after ``F``;
 `chunk_greedy` keeps the fastest variant.
 
+Two helpers serve templates that choose among orders (`templates.interleaved_zb_mem`): `replay` times
+fixed per-rank orders, and `follow` keeps each rank's sequences of forwards and ``I`` passes but
+switches between them as the passes are timed, within a memory limit.
+
 Example
 -------
 >>> from layersched.describe.config import ProblemSpec
@@ -180,6 +184,76 @@ def simulate(
         orders[r].append(f"{s}{k}{i}")
         todo -= 1
     return orders, max(free[r] - first[r] for r in range(R))
+
+
+def follow(
+    pipe: Pipeline,
+    forwards: list[list[tuple[int, int]]],
+    backwards: list[list[tuple[int, int]]],
+    warm: list[int],
+    lag: list[int],
+    cap: float,
+) -> tuple[list[list[str]], int] | None:
+    """Per-rank orders that keep each rank's sequences of forwards and ``I`` passes ((stage,
+    micro-batch) pairs, in turn) but decide when to switch between them as the passes are timed.
+
+    Rank ``r`` runs ``warm[r]`` forwards, then alternates a forward with an ``I``, except that it runs
+    the other kind first when the one due must wait longer for its input, or is a forward that does
+    not fit in ``cap``; its ``W`` passes trail its ``I`` passes by ``lag[r]`` and the last ones close
+    its order. The rank that can act earliest acts next, so nothing waits on a pass that cannot come:
+    the result is None only when every rank waits (memory full of passes that cannot go on), with
+    their steady-state span otherwise."""
+    flow = _Flow(pipe)
+    R = len(forwards)
+    fpos, ipos, free, mem = [0] * R, [0] * R, [0] * R, [0] * R
+    owed: list[list[tuple[int, int]]] = [[] for _ in range(R)]
+    forward_due = [True] * R
+    orders: list[list[str]] = [[] for _ in range(R)]
+    first: list[int | None] = [None] * R
+    left = sum(3 * len(f) for f in forwards)
+    while left:
+        best = None
+        for r in range(R):
+            if owed[r] and (len(owed[r]) > lag[r] or ipos[r] == len(backwards[r])):
+                s, i = owed[r][0]
+                pick = (free[r], "W", s, i)
+            else:
+                ready = {}
+                if fpos[r] < len(forwards[r]):
+                    s, i = forwards[r][fpos[r]]
+                    t = flow.arrival("F", s, i)
+                    if t is not None and mem[r] + flow.mf[s] <= cap:
+                        ready["F"] = (max(t, free[r]), "F", s, i)
+                if fpos[r] >= warm[r] and ipos[r] < len(backwards[r]):
+                    s, i = backwards[r][ipos[r]]
+                    t = flow.arrival("I", s, i)
+                    if t is not None:
+                        ready["I"] = (max(t, free[r]), "I", s, i)
+                if not ready:
+                    continue
+                due = "F" if forward_due[r] or fpos[r] < warm[r] else "I"
+                soonest = min(ready.values())
+                pick = ready[due] if due in ready and ready[due][0] <= soonest[0] else soonest
+            if best is None or (pick[0], r) < (best[0][0], best[1]):
+                best = (pick, r)
+        if best is None:
+            return None
+        (t, k, s, i), r = best
+        first[r] = t if first[r] is None else first[r]
+        flow.end[k, s, i] = free[r] = t + flow.dur[k][s]
+        mem[r] += flow.delta[k][s]
+        orders[r].append(f"{s}{k}{i}")
+        left -= 1
+        if k == "F":
+            fpos[r] += 1
+            forward_due[r] = False
+        elif k == "I":
+            ipos[r] += 1
+            owed[r].append((s, i))
+            forward_due[r] = True
+        else:
+            owed[r].pop(0)
+    return orders, max(free[r] - first[r] for r in range(R) if first[r] is not None)
 
 
 MAX_WORK = 250_000

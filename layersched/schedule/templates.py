@@ -259,30 +259,34 @@ def interleaved_zb(pipe: Pipeline) -> list[list[str]]:
     return _rounds_orders(pipe, m // rounds)
 
 
-def _rounds_orders(pipe: Pipeline, g: int) -> list[list[str]]:
-    """`interleaved_zb`'s orders with rounds of ``g`` micro-batches (the last round may be smaller)."""
+def _rounds(pipe: Pipeline, g: int) -> tuple[list[list[tuple[int, int]]], list[list[tuple[int, int]]], list[int]]:
+    """`interleaved_zb`'s sequences with rounds of ``g`` micro-batches (the last round may be smaller):
+    per rank its forwards and its ``I`` passes as (stage, micro-batch), in turn, and its warm-up
+    forwards. Each round runs its forwards chunk by chunk, its backwards the chunks in reverse."""
     p, v, m = pipe.num_ranks, pipe.stages_per_rank, pipe.num_microbatches
     rounds = [range(a, min(a + g, m)) for a in range(0, m, g)]
-    forward = [c for rd in rounds for c in range(v) for _ in rd]  # the chunk of each forward, in turn
-    total = m * v
+    forwards = [[(c * p + r, i) for rd in rounds for c in range(v) for i in rd] for r in range(p)]
+    backwards = [[((v - 1 - c) * p + r, i) for rd in rounds for c in range(v) for i in rd] for r in range(p)]
+    warm = [min((v - 1) * len(rounds[0]) + p - 1 - r, m * v) for r in range(p)]
+    return forwards, backwards, warm
+
+
+def _rounds_orders(pipe: Pipeline, g: int) -> list[list[str]]:
+    """`interleaved_zb`'s orders with rounds of ``g`` micro-batches: rank ``r`` runs its warm-up
+    forwards, then a forward (while any are left) and an ``I`` in turn; its ``W`` passes trail the
+    ``I`` passes by ``r`` (ZB-H1's rule), and the ``W`` still owed come last."""
+    forwards, backwards, warm = _rounds(pipe, g)
     out = []
-    for r in range(p):
-        warm = min((v - 1) * len(rounds[0]) + p - 1 - r, total)
-        # the k-th step: a forward (while any are left past the warm-up), then the (k - warm)-th I
-        put, owed = _Counter(), []
-        for k in range(warm):
-            put(forward[k] * p + r, "F")
-        for k in range(total):
-            if warm + k < total:
-                put(forward[warm + k] * p + r, "F")
-            s = (v - 1 - forward[k]) * p + r  # backwards walk each round's chunks in reverse
-            put(s, "I")
-            owed.append(s)
-            if len(owed) > r:  # W trails I by r
-                put(owed.pop(0), "W")
-        for s in owed:
-            put(s, "W")
-        out.append(put.names(m))
+    for r, (fw, bw) in enumerate(zip(forwards, backwards, strict=True)):
+        order, owed = [f"{s}F{i}" for s, i in fw[: warm[r]]], []
+        for k, (s, i) in enumerate(bw):
+            if warm[r] + k < len(fw):
+                order.append("{}F{}".format(*fw[warm[r] + k]))
+            order.append(f"{s}I{i}")
+            owed.append(f"{s}W{i}")
+            if len(owed) > r:
+                order.append(owed.pop(0))
+        out.append(order + owed)
     return out
 
 
@@ -292,17 +296,22 @@ def interleaved_zb_mem(pipe: Pipeline) -> list[list[str]]:
 
     `interleaved_zb`'s order with rounds of ``g`` micro-batches for any ``g`` (the last round may be
     smaller, so any ``m``). A round's forwards are what a rank holds at its peak, ``(v-1)g + p - r``
-    stage activations, so the largest ``g`` within the limit keeps the pipeline fullest. The largest
-    ``g`` whose orders stay within the limit (found by bisection on their peak, which grows with
-    ``g``) and the next smaller ones are timed, until four that do not deadlock (small rounds with
-    many ranks can), and torch's round size where it applies and fits; the fastest (by the span of
-    its compute passes, `greedy.replay`) is kept. So it is not slower than ``interleaved-zb`` where
-    that fits the limit (a property test checks it); under less memory, or where
-    ``m`` is not a multiple of the rounds, it is often far faster than anything else that fits.
-    """
-    from layersched.schedule.greedy import replay
+    stage activations, so the largest ``g`` within the limit keeps the pipeline fullest. Tried:
 
-    m = pipe.num_microbatches
+    - the fixed orders with the largest ``g`` whose peak fits (by bisection: the peak grows with
+      ``g``) and the next smaller ones, until four that do not deadlock (small rounds with many
+      ranks can), and with torch's round size where it applies and fits;
+    - for each ``g`` up to ``p``, the same sequences with the switch between forward and ``I`` made
+      as they are timed (`greedy.follow`: the other kind first when the due one waits longer, or
+      does not fit). That never deadlocks on waiting, and fits far lower limits.
+
+    The fastest (by the span of its compute passes) is kept. So it is not slower than
+    ``interleaved-zb`` where that fits the limit (a property test checks it); under less memory, or
+    where ``m`` is not a multiple of the rounds, it is often far faster than anything else that fits.
+    """
+    from layersched.schedule.greedy import MAX_WORK, follow, replay
+
+    p, m = pipe.num_ranks, pipe.num_microbatches
     cap = _capacity("interleaved-zb-mem", pipe, pipe.least_memory())
     delta = {"F": pipe.mem_forward.tolist(), "W": [-w for w in pipe.mem_freed_by_weight.tolist()]}
     delta["I"] = [-f - w for f, w in zip(delta["F"], delta["W"], strict=True)]
@@ -318,33 +327,37 @@ def interleaved_zb_mem(pipe: Pipeline) -> list[list[str]]:
                     return False
         return True
 
-    lo, hi = 0, m  # the largest g in 1..m that fits (0: none)
+    lo, hi = 0, m  # the largest g in 1..m whose fixed orders fit (0: none)
     while lo < hi:
         mid = (lo + hi + 1) // 2
         lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
-    if not lo:
-        raise TemplateError(
-            f"schedule 'interleaved-zb-mem': even rounds of one micro-batch exceed memory_limit {cap} "
-            f"{pipe.memory_unit} (rank r holds v - 1 + p - r stage activations at its peak); try chunk-greedy"
-        )
-    timed = []
-    for g in range(lo, max(0, lo - TRIED_ROUND_SIZES), -1):
-        span = replay(pipe, _rounds_orders(pipe, g))
+    found: list[tuple[int, list[list[str]]]] = []
+
+    def fixed(g: int) -> bool:
+        """Time the fixed orders of rounds of ``g``; whether they do not deadlock."""
+        orders = _rounds_orders(pipe, g)
+        span = replay(pipe, orders)
         if span is not None:
-            timed.append((span, g))
-            if len(timed) == 4:
-                break
-    rounds = max(1, m // pipe.num_ranks)  # torch's order, where it applies and fits
-    if m % rounds == 0 and m // rounds not in [g for _, g in timed] and fits(m // rounds):
-        span = replay(pipe, _rounds_orders(pipe, m // rounds))
-        if span is not None:
-            timed.append((span, m // rounds))
-    if not timed:
+            found.append((span, orders))
+        return span is not None
+
+    sizes = range(lo, max(0, lo - TRIED_ROUND_SIZES), -1)
+    timed = [g for g in sizes if len(found) < 4 and fixed(g)]
+    rounds = max(1, m // p)  # torch's order, where it applies and fits
+    if m % rounds == 0 and m // rounds < lo and m // rounds not in timed and fits(m // rounds):
+        fixed(m // rounds)
+    if 3 * pipe.num_stages * m * p <= MAX_WORK:  # as chunk-greedy's simulation: every rank for every pass
+        for g in range(1, min(m, p) + 1):
+            forwards, backwards, warm = _rounds(pipe, g)
+            run = follow(pipe, forwards, backwards, warm, list(range(p)), cap)
+            if run is not None:
+                found.append((run[1], run[0]))
+    if not found:
         raise TemplateError(
-            f"schedule 'interleaved-zb-mem': its orders with rounds of {max(1, lo - TRIED_ROUND_SIZES + 1)} to "
-            f"{lo} micro-batches, the most within the memory limit, deadlock; try chunk-greedy"
+            f"schedule 'interleaved-zb-mem': no round size gives orders within memory_limit {cap} "
+            f"{pipe.memory_unit} that do not deadlock; try chunk-greedy"
         )
-    return _rounds_orders(pipe, min(timed)[1])
+    return min(found, key=lambda f: f[0])[1]
 
 
 TRIED_ROUND_SIZES = 12

@@ -155,7 +155,7 @@ def test_interleaved_zb_mem_fits_any_limit_and_is_never_slower_than_torchs_order
     try:
         mem = solve_pipeline(pipe, schedule="interleaved-zb-mem").metrics
     except TemplateError as exc:
-        assert "deadlock" in str(exc) or "even rounds of one micro-batch exceed" in str(exc)  # the documented reasons
+        assert "no round size gives orders within memory_limit" in str(exc)  # the documented reason
         return
     assert max(mem["peak_memory"][:p]) <= limit
     try:
@@ -177,6 +177,11 @@ def test_interleaved_zb_mem_below_torchs_peak():
     bound = max(pipeline_bounds(pipe, pipe.stage_to_rank(), "span").values())
     assert sol.metrics["span"] <= 1.02 * bound
     assert sol.metrics["peak_memory"][0] <= 18 * 201216
+    # under 15, no fixed order fits without deadlock; switching between F and I as they are timed
+    # (greedy.follow) stays within 8% of the bound (chunk-greedy: 26%)
+    pipe = pipeline(8, 24, 18522, 18086, 9337, 1803, **args, memory_limit=15 * 201216)
+    sol = solve_pipeline(pipe, schedule="interleaved-zb-mem")
+    assert sol.metrics["span"] <= 1.08 * max(pipeline_bounds(pipe, pipe.stage_to_rank(), "span").values())
 
 
 @pytest.mark.parametrize("p", [2, 3, 4, 5, 6, 8, 16])
