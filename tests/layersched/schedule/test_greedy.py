@@ -30,12 +30,16 @@ def pipe_of(ranks, per_rank, m, costs, place, mem, freed, limit_factor):
     return pipeline_from_spec(ProblemSpec.model_validate({"name": "t", "pipeline": {**spec, "memory_limit": limit}}))
 
 
+COSTS = st.lists(st.tuples(st.integers(1, 9), st.integers(1, 9), st.integers(0, 9)), min_size=12, max_size=12)
+"""(F, I, W) of up to 12 stages."""
+
+
 @settings(max_examples=40, deadline=None)
 @given(
     ranks=st.integers(1, 4),
     per_rank=st.integers(2, 3),
     m=st.integers(1, 6),
-    costs=st.lists(st.tuples(st.integers(1, 9), st.integers(1, 9), st.integers(0, 9)), min_size=12, max_size=12),
+    costs=COSTS,
     place=st.sampled_from(["loop", "v", "shuffled"]),
     mem=st.lists(st.integers(1, 5), min_size=12, max_size=12),
     freed=st.lists(st.integers(0, 5), min_size=12, max_size=12),
@@ -98,7 +102,7 @@ def test_oldest_rule_lets_the_oldest_micro_batch_use_its_room(p, m):
     ranks=st.integers(1, 4),
     per_rank=st.integers(2, 3),
     m=st.integers(1, 5),
-    costs=st.lists(st.tuples(st.integers(1, 9), st.integers(1, 9), st.integers(0, 9)), min_size=12, max_size=12),
+    costs=COSTS,
     place=st.sampled_from(["loop", "v"]),
 )
 def test_replay_times_orders_as_the_task_graph_does(ranks, per_rank, m, costs, place):
