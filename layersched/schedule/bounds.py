@@ -195,7 +195,7 @@ def _memory_time(rank: list[int], m: int, I, W, mf: list[int], mw: list[int], ca
         area = m * sum(
             (mf[s] - mw[s]) * (chain(s, s) + int(I[s])) + mw[s] * (chain(s, s) + int(I[s] + W[s])) for s in mine
         )
-        if area > 0 and mine:
+        if area > 0:
             span = -(-area // cap)
             best = max(best, span if objective == "span" else int(down[mine[0]]) + span)
     return best

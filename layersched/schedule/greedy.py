@@ -17,9 +17,10 @@ stage then micro-batch (``breadth``), or in groups of as many micro-batches as r
 within a group (``grouped``: Megatron's interleaving), and put ``I`` before or after ``F``;
 `chunk_greedy` keeps the fastest variant.
 
-Two helpers serve templates that choose among orders (`templates.interleaved_zb_mem`): `replay` times
-fixed per-rank orders, and `follow` keeps each rank's sequences of forwards and ``I`` passes but
-switches between them as the passes are timed, within a memory limit.
+Three helpers serve templates that choose among orders (`templates.interleaved_zb_mem`): `replay`
+times fixed per-rank orders, `peaks` gives their peak memory, and `follow` keeps each rank's
+sequences of forwards and ``I`` passes but switches between them as the passes are timed, within a
+memory limit.
 
 Example
 -------
@@ -101,6 +102,19 @@ def replay(pipe: Pipeline, orders: list[list[str]]) -> int | None:
     if any(p < len(acts) for p, acts in zip(pos, todo, strict=True)):
         return None
     return max(free[r] - first[r] for r in range(len(todo)) if first[r] is not None)
+
+
+def peaks(pipe: Pipeline, orders: list[list[str]]) -> list[int]:
+    """Each rank's peak memory running its order: a rank's memory changes only by its own passes."""
+    delta, out = _Flow(pipe).delta, []
+    for order in orders:
+        held = peak = 0
+        for a in order:
+            s, k, _ = parse_action(a)
+            held += delta[k][s]
+            peak = max(peak, held)
+        out.append(peak)
+    return out
 
 
 def simulate(

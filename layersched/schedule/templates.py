@@ -309,23 +309,13 @@ def interleaved_zb_mem(pipe: Pipeline) -> list[list[str]]:
     ``interleaved-zb`` where that fits the limit (a property test checks it); under less memory, or
     where ``m`` is not a multiple of the rounds, it is often far faster than anything else that fits.
     """
-    from layersched.schedule.greedy import MAX_WORK, follow, replay
+    from layersched.schedule.greedy import MAX_WORK, follow, peaks, replay
 
     p, m = pipe.num_ranks, pipe.num_microbatches
     cap = _capacity("interleaved-zb-mem", pipe, pipe.least_memory())
-    delta = {"F": pipe.mem_forward.tolist(), "W": [-w for w in pipe.mem_freed_by_weight.tolist()]}
-    delta["I"] = [-f - w for f, w in zip(delta["F"], delta["W"], strict=True)]
 
     def fits(g: int) -> bool:
-        """Whether every rank's memory stays within the limit: it changes only by its own passes."""
-        for order in _rounds_orders(pipe, g):
-            held = 0
-            for a in order:
-                s, k, _ = parse_action(a)
-                held += delta[k][s]
-                if held > cap:
-                    return False
-        return True
+        return max(peaks(pipe, _rounds_orders(pipe, g))) <= cap
 
     lo, hi = 0, m  # the largest g in 1..m whose fixed orders fit (0: none)
     while lo < hi:
@@ -342,7 +332,12 @@ def interleaved_zb_mem(pipe: Pipeline) -> list[list[str]]:
         return span is not None
 
     sizes = range(lo, max(0, lo - TRIED_ROUND_SIZES), -1)
-    timed = [g for g in sizes if len(found) < 4 and fixed(g)]
+    timed = []
+    for g in sizes:
+        if len(found) == 4:
+            break
+        if fixed(g):
+            timed.append(g)
     rounds = max(1, m // p)  # torch's order, where it applies and fits
     if m % rounds == 0 and m // rounds < lo and m // rounds not in timed and fits(m // rounds):
         fixed(m // rounds)
