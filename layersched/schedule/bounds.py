@@ -45,6 +45,15 @@ to the end of ``I(s)`` (the part ``W`` frees, until the end of ``W(s)``). All of
 memory * time held``. With a limit of one micro-batch's activations it is about the schedule that
 runs the micro-batches one after the other.
 
+**Through a rank** (any limit, none included; the strong one where a pipeline's ends are slow). Every
+pass on rank ``k`` waits for the forward chain from ``q``'s first stage to ``k``'s first stage, and the
+last ``I`` on ``k`` ends after all of ``k``'s forwards and ``I`` passes: a forward's own ``I`` comes
+after it. That ``I``'s micro-batch then has the ``I`` passes below it to run, and each of ``q``'s
+stages below it its ``W``. So ``span_q >= head + m * (F + I work of k) + tail``, the tail taken for the
+stage of ``k`` it is shortest from (a stage with none of ``q``'s below it gives no bound for that
+pair). With one stage per rank under Zero Bubble's 2p limit, through the last rank, it equals the
+ZB-2p schedule of the 1.5B setting: that schedule's 4.33% bubble is the least there is.
+
 Example
 -------
 >>> from layersched.describe.config import ProblemSpec
@@ -53,7 +62,7 @@ Example
 ...     "stages": 4, "microbatches": 8, "forward": 2, "backward_input": 2, "backward_weight": 1,
 ...     "memory_forward": 4, "memory_freed_by_weight": 1, "memory_limit": 16}}))
 >>> pipeline_bounds(pipe, [0, 1, 2, 3], "span")
-{'pipeline_idle': 48, 'memory_relay': 48, 'memory_time': 33}
+{'pipeline_idle': 48, 'through_rank': 45, 'memory_relay': 48, 'memory_time': 33}
 """
 
 from __future__ import annotations
@@ -174,6 +183,9 @@ def pipeline_bounds(pipe: Pipeline, stage_to_rank: list[int], objective: str) ->
         best_span = max(best_span, work + idle)
         best_makespan = max(best_makespan, head + work + idle)
     out = {"pipeline_idle": best_span if objective == "span" else best_makespan}
+    through = _through(rank, m, F, I, W, c, down, objective)
+    if through:
+        out["through_rank"] = through
     if cap != np.inf:
         relay = _relay(rank, m, F, I, W, mf, mw, int(cap), chain, objective)
         if relay:
@@ -182,6 +194,37 @@ def pipeline_bounds(pipe: Pipeline, stage_to_rank: list[int], objective: str) ->
         if held:
             out["memory_time"] = held
     return out
+
+
+def _through(rank: list[int], m: int, F, I, W, c: list[int], down, objective: str) -> int:
+    """The bound through a rank (see the module text): for ranks ``q`` and ``k`` with ``q``'s first
+    stage at or above ``k``'s, the forward chain between them, all of ``k``'s forwards and ``I``
+    passes, then from the last ``I`` on ``k`` the ``I`` chain down to ``q``'s stages and their ``W``.
+    For the makespan ``q`` is every rank (the chain starts at stage 0, at time 0 or later). 0 where no
+    pair gives a bound."""
+    S = len(rank)
+    stages = [[s for s in range(S) if rank[s] == r] for r in range(max(rank) + 1)]
+
+    def down_to(s: int, b: int) -> int:
+        """From the end of ``I(s)`` to the end of ``W(b)`` of the same micro-batch, ``b <= s``."""
+        return int(sum(c[j] + I[j] for j in range(b, s))) + int(W[b])
+
+    best = 0
+    for k, theirs in enumerate(stages):
+        if not theirs:
+            continue
+        block = m * int(sum(F[s] + I[s] for s in theirs))
+        if objective != "span":  # every stage counts; the chain from stage 0 starts at 0 or later
+            tail = min(max(down_to(s, b) for b in range(s + 1)) for s in theirs)
+            best = max(best, int(down[theirs[0]]) + block + tail)
+            continue
+        for q, mine in enumerate(stages):
+            if not mine or mine[0] > theirs[0]:
+                continue
+            tails = [[down_to(s, b) for b in mine if b < s or (b == s and q == k)] for s in theirs]
+            if all(tails):
+                best = max(best, int(down[theirs[0]] - down[mine[0]]) + block + min(max(t) for t in tails))
+    return best
 
 
 def _memory_time(rank: list[int], m: int, I, W, mf: list[int], mw: list[int], cap: int, chain, down, objective) -> int:
