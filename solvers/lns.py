@@ -131,6 +131,98 @@ def cpsat_lns(
     return Result(current, status, value, bound, time.perf_counter() - t0, "lns", objective, info)
 
 
+def improve_bands(
+    problem: Problem,
+    schedule: Schedule,
+    *,
+    objective: str = "makespan",
+    time_limit: float = 30.0,
+    band: float = 0.25,
+    bound: int = 0,
+    step_limit: float = 3.0,
+    workers: int = 2,
+    seed: int = 0,
+    progress: Callable[[dict], None] | None = None,
+) -> tuple[Schedule, dict]:
+    """Band steps from a valid ``schedule``, for at most ``time_limit`` seconds or until the objective
+    reaches ``bound``: each step re-solves the whole problem with CP-SAT (`solvers.cpsat.cpsat`, at most
+    ``step_limit`` seconds, hinted with the current schedule), where the tasks of one band (a ``band``
+    share of them, consecutive in start order, at a random position) may change order and processor,
+    and every other task keeps its processor and its place in its processor's order but may move in
+    time. The result is timed at its earliest starts and kept unless it is worse.
+
+    Where `improve_windows` changes a few tasks within the time they take, a band step lets a change
+    reach the rest of the schedule: on a pipeline with three stages per rank (648 passes on 6 ranks)
+    windows found nothing in 30 s, band steps 3.46% -> 3.06% in 60 s. Returns the best schedule and
+    ``info`` (steps, improving steps, band; ``interrupted`` after Ctrl-C)."""
+    t0 = time.perf_counter()
+    problem.require_uniform("improve_bands")
+    if not 0 < band <= 1:
+        raise ValueError(f"band: expected a share of the tasks in (0, 1], got {band}")
+    n = problem.num_tasks
+    width = max(1, min(n, round(band * n)))
+    current, value = schedule, schedule.objective(problem, objective)
+    rng = np.random.default_rng(seed)
+    steps = improvements = 0
+    interrupted = False
+    while value > bound and n:
+        left = time_limit - (time.perf_counter() - t0)
+        if left <= 0.5:  # building the whole model takes a good part of a short step
+            break
+        order = np.lexsort((np.arange(n), current.start))
+        first = int(rng.integers(0, n - width + 1))
+        inside = np.zeros(n, dtype=bool)
+        inside[order[first : first + width]] = True
+        pairs, last = [], {}  # consecutive kept tasks of each processor, in start order
+        for t in order[~inside[order]].tolist():
+            q = int(current.processor[t])
+            if q in last:
+                pairs.append((last[q], t))
+            last[q] = t
+        steps += 1
+        found = cpsat(
+            problem,
+            objective=objective,
+            time_limit=min(step_limit, left),
+            workers=workers,
+            hint=current,
+            keep_processor=np.where(inside, -1, current.processor),
+            order_pairs=np.asarray(pairs, dtype=np.int64).reshape(-1, 2),
+        )
+        if found.info.get("interrupted"):
+            interrupted = True
+        if found.schedule is None:
+            if interrupted:
+                break
+            continue
+        moved = _retimed(problem, found.schedule)
+        got = moved.objective(problem, objective)
+        if got <= value:
+            if got < value:
+                improvements += 1
+                if progress is not None:
+                    progress({"incumbent": got, "bound": bound, "gap": (got - bound) / got,
+                              "elapsed": time.perf_counter() - t0})  # fmt: skip
+            current, value = moved, got
+        if interrupted:
+            break
+    info = {"steps": steps, "improvements": improvements, "band": width}
+    return current, info | ({"interrupted": True} if interrupted else {})
+
+
+def _retimed(problem: Problem, schedule: Schedule) -> Schedule:
+    """``schedule``'s per-processor orders timed at their earliest starts (ties by index), where that
+    is valid; else ``schedule`` itself."""
+    orders: list[list[int]] = [[] for _ in range(problem.num_processors)]
+    for t in np.lexsort((np.arange(problem.num_tasks), schedule.start)).tolist():
+        orders[int(schedule.processor[t])].append(t)
+    try:
+        timed = time_orders(problem, orders)
+    except Deadlock:
+        return schedule
+    return schedule if violations(problem, timed, limit=1) else timed
+
+
 POLISH_SHARE = 0.25
 """At most this share of what is left after the whole-problem CP-SAT call goes to `solvers.polish`."""
 

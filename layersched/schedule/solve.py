@@ -276,14 +276,15 @@ def _search_mode(
 ) -> _Search:
     """On the graph of one backward mode and placement, within ``share`` seconds: list scheduling;
     the best of it and ``seeds`` (converted to this mode where that is exact) polished by moves on its
-    critical chain (`solvers.polish`, at most `POLISH_SHARE` of the share); CP-SAT from that for half
-    of what is left; then CP-SAT window steps (`solvers.lns.improve_windows`) from CP-SAT's result for
-    the rest, up to CP-SAT's own size limit (beyond it each step re-times tens of thousands of tasks;
+    critical chain (`solvers.polish`, at most `POLISH_SHARE` of the share); CP-SAT from that for
+    `CPSAT_SHARE` of what is left; then band steps (`solvers.lns.improve_bands`, `BAND_SHARE` of the
+    rest) and CP-SAT window steps (`solvers.lns.improve_windows`) from CP-SAT's result for the rest,
+    both up to CP-SAT's own size limit (beyond it each step re-times tens of thousands of tasks;
     on the ZB-V row at p=32, 49,152 tasks, they found nothing). A step estimated not to fit in what
     is left of ``budget`` is skipped, and said so in ``tried``."""
     from solvers import get_solver
     from solvers.cpsat import MAX_SEARCH_TASKS, decline_reason
-    from solvers.lns import improve_windows
+    from solvers.lns import improve_bands, improve_windows
     from solvers.polish import polish
 
     t0 = time.perf_counter()
@@ -326,8 +327,9 @@ def _search_mode(
         value, start = polished.objective, canonical(tasks, polished.schedule)
     interrupted = False
     result = Result(start, "feasible", value, floor, 0.0, "best", objective, {}) if start is not None else None
-    # CP-SAT gets half of what is left when window steps follow, all of it when there is no schedule yet
-    cp_time = (end - time.perf_counter()) / (2 if start is not None else 1)
+    # CP-SAT gets CPSAT_SHARE of what is left when band and window steps follow, all of it when there
+    # is no schedule yet
+    cp_time = (end - time.perf_counter()) * (CPSAT_SHARE if start is not None else 1)
     declined = decline_reason(problem, cp_time)
     if declined:
         tried[f"cpsat ({mode})"] = f"not run: {declined}"
@@ -360,22 +362,55 @@ def _search_mode(
     if problem.num_tasks > MAX_SEARCH_TASKS:  # each window step re-times every task: seen to find nothing
         tried[f"lns ({mode})"] = f"not run: {problem.num_tasks:,} tasks, more than {MAX_SEARCH_TASKS:,}"
     elif not interrupted and result.objective > bound and end - time.perf_counter() > 0.1:
-        improved, info = improve_windows(
-            problem,
-            result.schedule,
-            objective=objective,
-            time_limit=end - time.perf_counter(),
-            bound=bound,
-            workers=workers,
-            progress=progress,
-        )
-        interrupted = bool(info.get("interrupted"))
+        schedule, value = result.schedule, result.objective
+        if end - time.perf_counter() > 2 * BAND_STEP:  # band steps first, where two of them fit
+            schedule, info = improve_bands(
+                problem,
+                schedule,
+                objective=objective,
+                time_limit=(end - time.perf_counter()) * BAND_SHARE,
+                bound=bound,
+                step_limit=BAND_STEP,
+                workers=workers,
+                progress=progress,
+            )
+            interrupted = bool(info.get("interrupted"))
+            value = schedule.objective(problem, objective)
+            tried[f"bands ({mode})"] = value
+        improved = schedule
+        if not interrupted:  # then window steps, for what is left
+            improved, info = improve_windows(
+                problem,
+                schedule,
+                objective=objective,
+                time_limit=end - time.perf_counter(),
+                bound=bound,
+                workers=workers,
+                progress=progress,
+            )
+            interrupted = bool(info.get("interrupted"))
         got = improved.objective(problem, objective)
         tried[f"lns ({mode})"] = got
         result = Result(improved, result.status, got, result.lower_bound, 0.0, "best", objective, result.info)
     sol = _solution(pipe, tasks, result.schedule, "best", objective, result, t0, known)
     return _Search(split_backward, sol, sol.metrics["lower_bound"], result.status, interrupted)
 
+
+CPSAT_SHARE = 0.25
+"""The share of what is left after polishing that CP-SAT gets on the whole model when a schedule
+exists (all of it when none does). On the 1.5B interleaved rows it either finds its best in seconds
+(p=4) or nothing at all (p=6, p=8); band steps use the rest better."""
+
+BAND_SHARE = 0.85
+"""The share of what is left after CP-SAT that band steps get (`solvers.lns.improve_bands`); window
+steps (`solvers.lns.improve_windows`) take the rest. With 60 s on the 1.5B interleaved rows: p=6 gap
+2.79% (bubble 0.0988; torch's order 0.1050), p=8 2.25% (0.0731; torch 0.0755). Before band steps
+both stayed at torch's order (3.46%, 2.50%); with a third for CP-SAT and half the rest for bands,
+too few band steps ran to find these."""
+
+BAND_STEP = 3.0
+"""Seconds per band step: each re-solves the whole model, so shorter steps leave CP-SAT too little
+after building it (3 s: about 20 steps a minute on the 1.5B interleaved row, 1,728 passes)."""
 
 POLISH_SHARE = 0.25
 """At most this share of a backward mode's search polishes its starting schedule (it usually reaches a

@@ -103,6 +103,39 @@ def test_a_window_is_replaced_validly_and_never_worse(problem, objective, data):
     assert moved.objective(problem, objective) <= start.schedule.objective(problem, objective)
 
 
+@settings(max_examples=20, deadline=None)
+@given(problems(max_tasks=10, max_processors=3), st.sampled_from(["makespan", "span"]), st.sampled_from([0.3, 1.0]))
+def test_a_band_step_is_valid_and_never_worse(problem, objective, band):
+    """`improve_bands` (memory limits and affinity groups included): what it returns is valid and no
+    worse than where it started."""
+    from solvers.lns import improve_bands
+
+    start = list_schedule(problem, objective=objective)
+    if start.schedule is None:
+        return
+    got, info = improve_bands(problem, start.schedule, objective=objective, time_limit=0.8, band=band, step_limit=0.3)
+    validate(problem, got)
+    assert got.objective(problem, objective) <= start.schedule.objective(problem, objective)
+    assert info["steps"] >= 1 or start.schedule.objective(problem, objective) == 0
+
+
+def test_a_band_over_every_task_is_cpsat_from_the_start():
+    """With the band over every task nothing is kept in order, so one step is CP-SAT on the whole
+    problem from the start: on a small layered DAG it reaches CP-SAT's own optimum from list's schedule."""
+    from solvers.cpsat import cpsat
+    from solvers.lns import improve_bands
+
+    p = layered(16, processors=2, seed=1)
+    start = list_schedule(p)
+    optimum = cpsat(p, time_limit=10)
+    assert optimum.status == "optimal" and start.objective > optimum.objective
+    got, info = improve_bands(p, start.schedule, time_limit=10, band=1.0, step_limit=5, bound=optimum.objective)
+    validate(p, got)
+    assert got.objective(p, "makespan") == optimum.objective and info["improvements"] >= 1
+    with pytest.raises(ValueError, match="band"):
+        improve_bands(p, start.schedule, band=0)
+
+
 def test_a_window_under_a_memory_limit_reorders_within_it():
     """One processor of capacity 4: a (+4) then b (-4, frees it) then c (+4) is the only valid order
     of the three; a window over b and c with a in place may not put c before b, however much earlier
