@@ -216,11 +216,12 @@ def improve_bands(
     return current, info | ({"interrupted": True} if interrupted else {})
 
 
-def _retimed(problem: Problem, schedule: Schedule) -> Schedule:
-    """``schedule``'s per-processor orders timed at their earliest starts (ties by index), where that
-    is valid; else ``schedule`` itself."""
+def _retimed(problem: Problem, schedule: Schedule, ties: np.ndarray | None = None) -> Schedule:
+    """``schedule``'s per-processor orders timed at their earliest starts (equal starts in the order of
+    ``ties``, by default the task index), where that is valid; else ``schedule`` itself."""
+    ties = np.arange(problem.num_tasks) if ties is None else ties
     orders: list[list[int]] = [[] for _ in range(problem.num_processors)]
-    for t in np.lexsort((np.arange(problem.num_tasks), schedule.start)).tolist():
+    for t in np.lexsort((ties, schedule.start)).tolist():
         orders[int(schedule.processor[t])].append(t)
     try:
         timed = time_orders(problem, orders)
@@ -312,14 +313,4 @@ def _local_step(
     which moves later work into the room made. The timed schedule when it validates, else the
     re-placed one; None when CP-SAT found nothing."""
     moved = reoptimize_window(problem, schedule, free, time_limit, workers, objective)
-    if moved is None:
-        return None
-    by_time = np.lexsort((topo, moved.start))
-    orders: list[list[int]] = [[] for _ in range(problem.num_processors)]
-    for t in by_time.tolist():
-        orders[int(moved.processor[t])].append(t)
-    try:
-        timed = time_orders(problem, orders)
-    except Deadlock:
-        return moved
-    return moved if violations(problem, timed, limit=1) else timed
+    return None if moved is None else _retimed(problem, moved, topo)

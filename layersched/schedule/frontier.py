@@ -20,9 +20,9 @@ Example
 4
 >>> f = frontier(pipe, points=3, time_limit=2)
 >>> [(p.limit, p.value, p.status) for p in f.points]
-[(4, 36, 'optimal'), (8, 23, 'optimal'), (12, 21, 'optimal'), (13, 21, 'optimal'), (16, 21, 'optimal')]
+[(4, 36, 'optimal'), (8, 23, 'optimal'), (12, 21, 'optimal')]
 >>> f.floor
-20
+21
 """
 
 from __future__ import annotations
