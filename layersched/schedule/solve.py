@@ -362,7 +362,7 @@ def _search_mode(
     if problem.num_tasks > MAX_SEARCH_TASKS:  # each window step re-times every task: seen to find nothing
         tried[f"lns ({mode})"] = f"not run: {problem.num_tasks:,} tasks, more than {MAX_SEARCH_TASKS:,}"
     elif not interrupted and result.objective > bound and end - time.perf_counter() > 0.1:
-        schedule, value = result.schedule, result.objective
+        schedule = result.schedule
         if end - time.perf_counter() > 2 * BAND_STEP:  # band steps first, where two of them fit
             schedule, info = improve_bands(
                 problem,
@@ -375,8 +375,7 @@ def _search_mode(
                 progress=progress,
             )
             interrupted = bool(info.get("interrupted"))
-            value = schedule.objective(problem, objective)
-            tried[f"bands ({mode})"] = value
+            tried[f"bands ({mode})"] = schedule.objective(problem, objective)
         improved = schedule
         if not interrupted:  # then window steps, for what is left
             improved, info = improve_windows(
