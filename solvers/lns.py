@@ -161,20 +161,14 @@ def improve_bands(
     where window steps found nothing, band steps took the gap to the bound from 3.46% to 2.79% in
     45 s. Returns the best schedule and ``info`` (steps, improving steps, band; ``interrupted`` after
     Ctrl-C)."""
-    t0 = time.perf_counter()
     problem.require_uniform("improve_bands")
     if not 0 < band <= 1:
         raise ValueError(f"band: expected a share of the tasks in (0, 1], got {band}")
     n = problem.num_tasks
     width = max(1, min(n, round(band * n)))
-    current, value = schedule, schedule.objective(problem, objective)
     rng = np.random.default_rng(seed)
-    steps = improvements = 0
-    interrupted = False
-    while value > bound and n:
-        left = time_limit - (time.perf_counter() - t0)
-        if left <= 0.5:  # building the whole model takes a good part of a short step
-            break
+
+    def step(current: Schedule, left: float, _: int) -> tuple[Schedule | None, bool]:
         order = np.lexsort((np.arange(n), current.start))
         first = int(rng.integers(0, n - width + 1))
         inside = np.zeros(n, dtype=bool)
@@ -185,7 +179,6 @@ def improve_bands(
             if q in last:
                 pairs.append((last[q], t))
             last[q] = t
-        steps += 1
         found = cpsat(
             problem,
             objective=objective,
@@ -195,13 +188,41 @@ def improve_bands(
             keep_processor=np.where(inside, -1, current.processor),
             order_pairs=np.asarray(pairs, dtype=np.int64).reshape(-1, 2),
         )
-        if found.info.get("interrupted"):
-            interrupted = True
-        if found.schedule is None:
-            if interrupted:
-                break
+        moved = None if found.schedule is None else _retimed(problem, found.schedule)
+        return moved, bool(found.info.get("interrupted"))
+
+    # building the whole model takes a good part of a short step: none starts with 0.5 s or less left
+    current, info = _drive(problem, schedule, objective, time_limit, bound, progress, step, least=0.5)
+    return current, info | {"band": width}
+
+
+def _drive(
+    problem: Problem,
+    schedule: Schedule,
+    objective: str,
+    time_limit: float,
+    bound: int,
+    progress: Callable[[dict], None] | None,
+    step: Callable[[Schedule, float, int], tuple[Schedule | None, bool]],
+    least: float,
+) -> tuple[Schedule, dict]:
+    """The loop of `improve_windows` and `improve_bands`: while the objective is above ``bound`` and
+    more than ``least`` of ``time_limit`` seconds is left, ``step(current, seconds left, steps so
+    far)`` gives a schedule (or None) and whether Ctrl-C stopped it; a schedule no worse than the
+    current one replaces it, and ``progress`` hears of each improvement. The best schedule and
+    ``info`` (steps, improving steps; ``interrupted`` after Ctrl-C)."""
+    t0 = time.perf_counter()
+    current, value = schedule, schedule.objective(problem, objective)
+    steps = improvements = 0
+    interrupted = False
+    while value > bound and problem.num_tasks and not interrupted:
+        left = time_limit - (time.perf_counter() - t0)
+        if left <= least:
+            break
+        moved, interrupted = step(current, left, steps)
+        steps += 1
+        if moved is None:
             continue
-        moved = _retimed(problem, found.schedule)
         got = moved.objective(problem, objective)
         if got <= value:
             if got < value:
@@ -210,10 +231,7 @@ def improve_bands(
                     progress({"incumbent": got, "bound": bound, "gap": (got - bound) / got,
                               "elapsed": time.perf_counter() - t0})  # fmt: skip
             current, value = moved, got
-        if interrupted:
-            break
-    info = {"steps": steps, "improvements": improvements, "band": width}
-    return current, info | ({"interrupted": True} if interrupted else {})
+    return current, {"steps": steps, "improvements": improvements} | ({"interrupted": True} if interrupted else {})
 
 
 def _retimed(problem: Problem, schedule: Schedule, ties: np.ndarray | None = None) -> Schedule:
@@ -252,19 +270,13 @@ def improve_windows(
     worse than ``schedule``) and ``info`` (steps, improving steps, window; ``interrupted`` after
     Ctrl-C). ``progress`` is called with ``dict(incumbent=, bound=, gap=, elapsed=)`` after each
     improving step."""
-    t0 = time.perf_counter()
     n = problem.num_tasks
     window = min(window, n)
-    current, value = schedule, schedule.objective(problem, objective)
     topo = np.empty(n, dtype=np.int64)
     topo[problem.topological_order()] = np.arange(n)
     rng = np.random.default_rng(seed)
-    steps = improvements = 0
-    interrupted = False
-    while value > bound and not interrupted and n:
-        left = time_limit - (time.perf_counter() - t0)
-        if left <= 0.05:
-            break
+
+    def step(current: Schedule, left: float, steps: int) -> tuple[Schedule | None, bool]:
         order = np.lexsort((np.arange(n), current.start))  # start order, ties by index: what windows count
         if steps % 2:  # every other window: around a task of the chain that fixes the objective
             chain = tight_chain(problem, current, objective)
@@ -272,26 +284,16 @@ def improve_windows(
             first = min(max(at - int(rng.integers(0, window)), 0), n - window)
         else:
             first = int(rng.integers(0, n - window + 1))
-        steps += 1
         free = np.zeros(n, dtype=bool)
         free[order[first : first + window]] = True
+        limit = min(step_limit, left, LOCAL_STEP)
         try:
-            moved = _local_step(problem, current, free, min(step_limit, left, LOCAL_STEP), workers, topo, objective)
+            return _local_step(problem, current, free, limit, workers, topo, objective), False
         except KeyboardInterrupt:
-            interrupted = True
-            break
-        if moved is None:
-            continue
-        got = moved.objective(problem, objective)
-        if got <= value:
-            if got < value:
-                improvements += 1
-                if progress is not None:
-                    progress({"incumbent": got, "bound": bound, "gap": (got - bound) / got,
-                              "elapsed": time.perf_counter() - t0})  # fmt: skip
-            current, value = moved, got
-    info = {"steps": steps, "improvements": improvements, "window": window}
-    return current, info | ({"interrupted": True} if interrupted else {})
+            return None, True
+
+    current, info = _drive(problem, schedule, objective, time_limit, bound, progress, step, least=0.05)
+    return current, info | {"window": window}
 
 
 LOCAL_STEP = 0.1

@@ -25,7 +25,7 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
+from functools import cache, partial
 
 from layersched.describe.stages import Pipeline
 from layersched.schedule.graph import parse_action
@@ -314,8 +314,12 @@ def interleaved_zb_mem(pipe: Pipeline) -> list[list[str]]:
     p, m = pipe.num_ranks, pipe.num_microbatches
     cap = _capacity("interleaved-zb-mem", pipe, pipe.least_memory())
 
+    @cache
+    def orders_of(g: int) -> list[list[str]]:  # bisection, the sizes below it and torch's may meet
+        return _rounds_orders(pipe, g)
+
     def fits(g: int) -> bool:
-        return max(peaks(pipe, _rounds_orders(pipe, g))) <= cap
+        return max(peaks(pipe, orders_of(g))) <= cap
 
     lo, hi = 0, m  # the largest g in 1..m whose fixed orders fit (0: none)
     while lo < hi:
@@ -325,7 +329,7 @@ def interleaved_zb_mem(pipe: Pipeline) -> list[list[str]]:
 
     def fixed(g: int) -> bool:
         """Time the fixed orders of rounds of ``g``; whether they do not deadlock."""
-        orders = _rounds_orders(pipe, g)
+        orders = orders_of(g)
         span = replay(pipe, orders)
         if span is not None:
             found.append((span, orders))
