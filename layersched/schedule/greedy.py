@@ -117,6 +117,56 @@ def peaks(pipe: Pipeline, orders: list[list[str]]) -> list[int]:
     return out
 
 
+def fit_memory(pipe: Pipeline, orders: list[list[str]], cap: float) -> list[list[str]] | None:
+    """``orders`` with weight passes moved earlier, just as far as each rank's memory needs to stay
+    within ``cap``, or None when that is not enough.
+
+    A ``W`` frees what its ``I`` left (Zero Bubble's ``32h`` per layer), so a template whose ``W``
+    passes trail their ``I`` passes can pass a limit only because of them. Walking each rank's order,
+    before a forward that would not fit, the ``W`` passes owed run first, oldest first, until it
+    fits; a ``W`` already run is dropped from its old place. Nothing else moves, and a ``W`` only
+    moves earlier (after its ``I``, on the same rank), so no dependency breaks.
+
+    >>> from layersched.describe.config import ProblemSpec
+    >>> from layersched.describe.stages import pipeline_from_spec
+    >>> pipe = pipeline_from_spec(ProblemSpec.model_validate({"name": "t", "pipeline": {
+    ...     "stages": 1, "microbatches": 3, "forward": 1, "backward_input": 1, "backward_weight": 1,
+    ...     "memory_forward": 4, "memory_freed_by_weight": 2}}))
+    >>> order = ["0F0", "0I0", "0F1", "0I1", "0F2", "0I2", "0W0", "0W1", "0W2"]
+    >>> peaks(pipe, [order])
+    [8]
+    >>> fit_memory(pipe, [order], 6)
+    [['0F0', '0I0', '0F1', '0I1', '0W0', '0F2', '0I2', '0W1', '0W2']]
+    >>> fit_memory(pipe, [order], 3) is None
+    True
+    """
+    delta, out = _Flow(pipe).delta, []
+    for order in orders:
+        held, owed, done, row = 0, [], set(), []
+        for a in order:
+            s, k, i = parse_action(a)
+            if k == "W":
+                if a not in done and (s, i) in owed:
+                    owed.remove((s, i))
+                    row.append(a)
+                    held += delta["W"][s]
+                continue
+            if k == "F":
+                while held + delta["F"][s] > cap and owed:
+                    ws, wi = owed.pop(0)
+                    row.append(f"{ws}W{wi}")
+                    done.add(row[-1])
+                    held += delta["W"][ws]
+                if held + delta["F"][s] > cap:
+                    return None
+            row.append(a)
+            held += delta[k][s]
+            if k == "I":
+                owed.append((s, i))
+        out.append(row)
+    return out
+
+
 def simulate(
     pipe: Pipeline, cap: float, *, order: str, backward_first: bool, reserve: str = "all"
 ) -> tuple[list[list[str]], int] | None:

@@ -90,10 +90,20 @@ def get_template(name: str) -> Template:
 
 
 def template_orders(name: str, pipe: Pipeline) -> list[list[str]]:
-    """Per-rank compute actions of template ``name``; `TemplateError` when it does not apply."""
+    """Per-rank compute actions of template ``name``; `TemplateError` when it does not apply.
+
+    Where a split-backward template's order passes the memory limit, its ``W`` passes run earlier,
+    as far as the limit needs (`greedy.fit_memory`): V-Half, for one, then holds Zero Bubble's
+    ``(p+2)//2`` micro-batches. Where that is not enough, the order is returned as it is (the
+    validator then names the pass that breaks the limit)."""
+    from layersched.schedule.greedy import fit_memory, peaks
+
     t = get_template(name)
     check_stages_per_rank(t, pipe)
-    return t.build(pipe)
+    orders = t.build(pipe)
+    if t.split_backward and pipe.capacity is not None and max(peaks(pipe, orders), default=0) > pipe.capacity:
+        return fit_memory(pipe, orders, pipe.capacity) or orders
+    return orders
 
 
 def check_stages_per_rank(t: Template, pipe: Pipeline) -> None:

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from layersched.describe.config import ProblemSpec
 from layersched.describe.stages import pipeline_from_spec
-from layersched.schedule.greedy import replay, simulate
+from layersched.schedule.greedy import fit_memory, peaks, replay, simulate
 from layersched.schedule.solve import solve_pipeline
 from solvers import validate
 
@@ -124,3 +124,55 @@ def test_replay_times_orders_as_the_task_graph_does(ranks, per_rank, m, costs, p
         first_i = next(k for k, a in enumerate(last) if "I" in a)
         last.insert(0, last.pop(first_i))
         assert replay(pipe, orders) is None
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    ranks=st.integers(1, 4),
+    per_rank=st.integers(2, 3),
+    m=st.integers(1, 6),
+    costs=COSTS,
+    place=st.sampled_from(["loop", "v"]),
+    mem=st.lists(st.integers(1, 5), min_size=12, max_size=12),
+    freed=st.lists(st.integers(0, 5), min_size=12, max_size=12),
+    lag=st.integers(0, 6),
+    cut=st.floats(0, 1),
+)
+def test_fit_memory_moves_only_weight_passes_earlier(ranks, per_rank, m, costs, place, mem, freed, lag, cut):
+    """`fit_memory`: every rank keeps its forwards and I passes in order, a W only moves earlier (never
+    before its I), the result fits the limit; None only where even every owed W run at once would
+    not make room for some forward."""
+    pipe = pipe_of(ranks, per_rank, m, costs, place, mem, freed, 1.0)
+    orders = []  # chunk-greedy's orders with each W moved ``lag`` passes later: they hold more memory
+    for order in solve_pipeline(pipe, schedule="chunk-greedy").actions():
+        row = [a for a in order if "W" not in a]
+        for a in order:
+            if "W" in a:
+                at = row.index(a.replace("W", "I")) + 1 + lag
+                row.insert(min(at, len(row)), a)
+        orders.append(row)
+    top = max(peaks(pipe, orders))
+    cap = int(cut * top)
+    fitted = fit_memory(pipe, orders, cap)
+    if fitted is None:  # at some forward, even every owed W run first leaves it over the limit
+        with_all = []
+        for order in orders:
+            row = [a for a in order if "W" not in a]
+            for a in order:
+                if "W" in a:
+                    row.insert(row.index(a.replace("W", "I")) + 1, a)
+            with_all.append(row)
+        assert max(peaks(pipe, with_all)) > cap
+        return
+    assert max(peaks(pipe, fitted), default=0) <= cap
+    if cap >= top:
+        assert fitted == orders
+    for old, new in zip(orders, fitted, strict=True):
+        assert sorted(old) == sorted(new)
+        assert [a for a in old if "W" not in a] == [a for a in new if "W" not in a]
+        for a in new:
+            if "W" in a:
+                assert new.index(a.replace("W", "I")) < new.index(a)
+                before = {b for b in new[: new.index(a)] if "W" not in b}
+                assert before <= {b for b in old[: old.index(a)] if "W" not in b}  # only earlier
+    assert replay(pipe, fitted) is not None  # W passes wait on nothing but their own I

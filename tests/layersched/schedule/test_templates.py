@@ -200,6 +200,24 @@ def test_v_min_and_v_half_memory(p):
         assert solve_pipeline(pipe, schedule=name).metrics["bubble_rate"] < one_f_one_b
 
 
+@pytest.mark.parametrize("p", [4, 8, 16])
+def test_v_half_fits_zero_bubbles_memory(p):
+    # Zero Bubble's V-Half holds (p+2)//2 micro-batches (2 stage activations each); built from its
+    # block, a W trails its I and the order passes that by a fraction of one activation, so its W
+    # passes run earlier (greedy.fit_memory): 6.2B row costs, W frees 32h of 34h+5as
+    from layersched.schedule.greedy import peaks
+
+    act = 303104
+    pipe = pipeline(p, 3 * p, 14407, 14380, 9676, 1610, v=2, memory_forward=act, memory_freed_by_weight=131072,
+                    memory_limit=(p + 2) // 2 * 2 * act)  # fmt: skip
+    assert max(peaks(pipe, get_template("v-half").build(pipe))) > pipe.capacity
+    half = solve_pipeline(pipe, schedule="v-half")  # validated: memory limit included
+    assert max(half.metrics["peak_memory"][:p]) <= pipe.capacity
+    assert half.metrics["bubble_rate"] < solve_pipeline(pipe, schedule="v-min").metrics["bubble_rate"]
+    with pytest.raises(InvalidSchedule, match="memory"):  # ZB-V's forwards alone pass it: no W helps
+        solve_pipeline(pipe, schedule="zb-v")
+
+
 @pytest.mark.parametrize("F,I,W,c", [(3, 3, 3, 1), (3, 2, 1, 1), (4, 3, 2, 2), (6, 5, 5, 3), (18522, 18086, 9337, 601)])
 @pytest.mark.parametrize("p", [2, 4, 5])
 def test_zb_h2_closed_form_with_transfer(p, F, I, W, c):
