@@ -11,10 +11,12 @@ For each row, at the problem's own memory limit (1F1B's activations):
 Rows: the bundled ``zb-v-6.2b`` (p=16) and ``zb-interleaved-1.5b`` (p=8); the V row re-cut to
 p=32, m=256 (the issue's largest: 4 GB at most, within the limit); the interleaved row re-cut to
 p=4, m=8 and p=6, m=12 (rows of the same kind, smaller: where the search reaches the bound, and where
-it stops doing so); and the interleaved row under 18 stage activations per rank, 3/4 of 1F1B's (no
-peer's order fits there).
+it stops doing so); the interleaved row under 18 stage activations per rank, 3/4 of 1F1B's (no
+peer's order fits there); and the V row at p=16 and p=8 under V-Half's memory, Zero Bubble's
+``(p+2)//2`` micro-batches (``p+2`` stage activations; no torch order fits there, our ``v-half`` and
+``v-min`` templates are listed beside).
 
-Usage: python benchmarks/multichunk.py [--runs 3] [--time-limit 60]   (about 14 minutes on 2 cores)
+Usage: python benchmarks/multichunk.py [--runs 3] [--time-limit 60]   (about 20 minutes on 2 cores)
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from rich.table import Table
 
 from layersched.describe.config import load_problem
 from layersched.describe.stages import pipeline_from_spec
-from layersched.schedule.solve import solve_orders
+from layersched.schedule.solve import solve_orders, solve_pipeline
 
 ROOT = Path(__file__).resolve().parents[1]
 PUBLISHED = {"zb-v-6.2b": ("ZB authors' V generator", 0.0697)}
@@ -64,6 +66,8 @@ def rows(tmp: Path) -> list[Path]:
         recut(tmp, "zb-interleaved-1.5b", 4, 8),
         recut(tmp, "zb-interleaved-1.5b", 6, 12),
         recut(tmp, "zb-interleaved-1.5b", 8, 24, activations=18),
+        recut(tmp, "zb-v-6.2b", 16, 48, activations=18),
+        recut(tmp, "zb-v-6.2b", 8, 24, activations=10),
     ]
 
 
@@ -77,6 +81,12 @@ def peers(path: Path) -> list[tuple[str, str]]:
 
     pipe = pipeline_from_spec(load_problem(path))
     out = []
+    if pipe.capacity is not None and pipe.placement == "v" and pipe.capacity < 2 * pipe.num_ranks * pipe.mem_forward[0]:
+        for name in ("v-half", "v-min"):  # under ZB-V's memory: our controllable-memory templates beside
+            try:
+                out.append((f"our {name}", f"{solve_pipeline(pipe, schedule=name).metrics['bubble_rate']:.4f}"))
+            except InvalidSchedule:
+                out.append((f"our {name}", "n/a: over the memory limit"))
     for name in ("interleaved-zb", "zb-v", "dualpipev"):
         label = f"torch {TORCH_SCHEDULES[name].cls}"
         try:
@@ -135,7 +145,10 @@ def main() -> None:
                 listed.append((PUBLISHED[name][0], f"{PUBLISHED[name][1]:.4f} (published)"))
             for peer, value in listed:
                 peer_table.add_row(name, peer, value)
-            runs = [best_run(path, args.time_limit, Path(tmp) / f"{name}-{k}.json") for k in range(args.runs)]
+            runs = []
+            for k in range(args.runs):
+                runs.append(best_run(path, args.time_limit, Path(tmp) / f"{name}-{k}.json"))
+                console.print(f"{name}: run {k + 1}/{args.runs}, bubble {runs[-1]['bubble']:.4f}", style="dim")
             best_table.add_row(
                 name,
                 spread([r["bubble"] for r in runs], ".4f"),
