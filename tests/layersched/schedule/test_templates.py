@@ -200,7 +200,7 @@ def test_v_min_and_v_half_memory(p):
         assert solve_pipeline(pipe, schedule=name).metrics["bubble_rate"] < one_f_one_b
 
 
-@pytest.mark.parametrize("p", [4, 8, 16])
+@pytest.mark.parametrize("p", [3, 4, 5, 8, 16])
 def test_v_half_fits_zero_bubbles_memory(p):
     # Zero Bubble's V-Half holds (p+2)//2 micro-batches (2 stage activations each); built from its
     # block, a W trails its I and the order passes that by a fraction of one activation, so its W
