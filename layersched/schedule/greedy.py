@@ -119,7 +119,7 @@ def peaks(pipe: Pipeline, orders: list[list[str]]) -> list[int]:
 
 def fit_memory(pipe: Pipeline, orders: list[list[str]], cap: float) -> list[list[str]] | None:
     """``orders`` with weight passes moved earlier, just as far as each rank's memory needs to stay
-    within ``cap``, or None when that is not enough.
+    within ``cap`` (unchanged where it does), or None when that is not enough.
 
     A ``W`` frees what its ``I`` left (Zero Bubble's ``32h`` per layer), so a template whose ``W``
     passes trail their ``I`` passes can pass a limit only because of them. Walking each rank's order,
@@ -142,11 +142,11 @@ def fit_memory(pipe: Pipeline, orders: list[list[str]], cap: float) -> list[list
     """
     delta, out = _Flow(pipe).delta, []
     for order in orders:
-        held, owed, done, row = 0, [], set(), []
+        held, owed, row = 0, [], []
         for a in order:
             s, k, i = parse_action(a)
             if k == "W":
-                if a not in done and (s, i) in owed:
+                if (s, i) in owed:  # else it ran earlier, where a forward needed its room
                     owed.remove((s, i))
                     row.append(a)
                     held += delta["W"][s]
@@ -155,7 +155,6 @@ def fit_memory(pipe: Pipeline, orders: list[list[str]], cap: float) -> list[list
                 while held + delta["F"][s] > cap and owed:
                     ws, wi = owed.pop(0)
                     row.append(f"{ws}W{wi}")
-                    done.add(row[-1])
                     held += delta["W"][ws]
                 if held + delta["F"][s] > cap:
                     return None

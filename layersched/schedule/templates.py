@@ -96,12 +96,12 @@ def template_orders(name: str, pipe: Pipeline) -> list[list[str]]:
     as far as the limit needs (`greedy.fit_memory`): V-Half, for one, then holds Zero Bubble's
     ``(p+2)//2`` micro-batches. Where that is not enough, the order is returned as it is (the
     validator then names the pass that breaks the limit)."""
-    from layersched.schedule.greedy import fit_memory, peaks
+    from layersched.schedule.greedy import fit_memory
 
     t = get_template(name)
     check_stages_per_rank(t, pipe)
     orders = t.build(pipe)
-    if t.split_backward and pipe.capacity is not None and max(peaks(pipe, orders), default=0) > pipe.capacity:
+    if t.split_backward and pipe.capacity is not None:  # orders within the limit come back unchanged
         return fit_memory(pipe, orders, pipe.capacity) or orders
     return orders
 
