@@ -12,8 +12,16 @@
 - `fcp` (Radulescu and van Gemund, 1999): bottom-level priority among at most P ready tasks, each
   appended to the processor that comes idle first or to the one its last message comes from.
   O(V (P + log P) + E).
-- `best`: `list_schedule`, `heft`, `cpop`, `peft` and `fcp` in turn within the time limit; the schedule of
-  least objective is returned, and ``info["candidates"]`` lists what each gave.
+- `best`: `list_schedule`, `heft`, `cpop`, `peft` and `fcp` in turn within the time limit, then HEFT
+  again with the transfers of its upward rank weighted 0 and 2 (`RANK_WEIGHTS`, candidates
+  ``heft-t0`` and ``heft-t2``); the schedule of least objective is returned, and
+  ``info["candidates"]`` lists what each gave.
+
+  Why the rank variants: HEFT's schedule depends on how its rank weighs transfers before anything
+  is placed (Zhao and Sakellariou, 2003, compared mean, best- and worst-case weights and found no
+  weight best everywhere). Each variant costs one more HEFT run; on the layered 5,000-task,
+  32-processor instances of `benchmarks/solvers_bench.py`, weight 0 gives 1791 / 1765 / 1777
+  where weight 1 gives 1813 / 1779 / 1798 (seeds 0-2).
 
 Like `heft`, `cpop` and `peft` insert into idle gaps only without memory limits and fixed orders:
 with them, they keep list scheduling's placement (memory is the running sum of each processor's
@@ -28,11 +36,12 @@ Example
 [10, 10]
 >>> r = best(p)
 >>> r.objective, sorted(r.info["candidates"])
-(10, ['cpop', 'fcp', 'heft', 'list', 'peft'])
+(10, ['cpop', 'fcp', 'heft', 'heft-t0', 'heft-t2', 'list', 'peft'])
 """
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import time
 from collections import deque
@@ -300,11 +309,32 @@ def _fcp_place(problem: Problem, allowed: np.ndarray, keys: np.ndarray, deadline
     return Schedule(np.array(proc, dtype=np.int64), np.array(start, dtype=np.int64))
 
 
+RANK_WEIGHTS = (0.0, 2.0)
+"""The transfer weights of the upward rank (`solvers.listsched.upward_rank`) that `best` runs HEFT
+with, after HEFT's own weight 1: candidates ``heft-t0`` and ``heft-t2``."""
+
+
+def _heft_ranked(weight: float):
+    """`heft` whose upward rank weighs transfers by ``weight``, named ``heft-t<weight>``."""
+    name = f"heft-t{weight:g}"
+
+    def run(problem: Problem, /, *, objective: str = "makespan", time_limit: float | None = None) -> Result:
+        allowed = effective_allowed(problem)
+        if infeasible_reason(problem, allowed):  # heft says why
+            return heft(problem, objective=objective, time_limit=time_limit)
+        rank = upward_rank(problem, allowed, weight)
+        result = heft(problem, objective=objective, priority=rank, time_limit=time_limit)
+        return dataclasses.replace(result, solver=name)
+
+    return name, run
+
+
 def best(problem: Problem, /, *, objective: str = "makespan", time_limit: float | None = None) -> Result:
-    """Every list heuristic (`list_schedule`, `heft`, `cpop`, `peft`, `fcp`, in that order) and the best
-    schedule they give; the bound is the best of theirs. Each gets what is left of ``time_limit``;
-    one that would start after it is skipped (the first always runs), as are those after a schedule
-    that reaches the bound, and ``info["candidates"]`` says so beside each one's objective or status.
+    """Every list heuristic (`list_schedule`, `heft`, `cpop`, `peft`, `fcp`, then `heft` with the
+    other `RANK_WEIGHTS`, in that order) and the best schedule they give; the bound is the best of
+    theirs. Each gets what is left of ``time_limit``; one that would start after it is skipped (the
+    first always runs), as are those after a schedule that reaches the bound, and
+    ``info["candidates"]`` says so beside each one's objective or status.
 
     >>> from solvers import Problem
     >>> best(Problem(duration=[3, 1, 1], num_processors=2)).info["chosen"]
@@ -317,7 +347,8 @@ def best(problem: Problem, /, *, objective: str = "makespan", time_limit: float 
     candidates: dict[str, object] = {}
     chosen: Result | None = None
     results = []
-    for name, run in (("list", list_schedule), ("heft", heft), ("cpop", cpop), ("peft", peft), ("fcp", fcp)):
+    runs = [("list", list_schedule), ("heft", heft), ("cpop", cpop), ("peft", peft), ("fcp", fcp)]
+    for name, run in runs + [_heft_ranked(w) for w in RANK_WEIGHTS]:
         left = deadline - time.perf_counter()
         if left <= 0 and results:  # the first always runs (its own limit stops it)
             candidates[name] = "skipped: time limit"

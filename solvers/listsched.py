@@ -119,17 +119,22 @@ def mean_durations(problem: Problem, allowed: np.ndarray | None = None) -> np.nd
     return np.rint(np.where(allowed, problem.duration_on, 0).sum(axis=1) * _SCALE / count).astype(np.int64)
 
 
-def upward_rank(problem: Problem, allowed: np.ndarray | None = None) -> np.ndarray:
+def upward_rank(problem: Problem, allowed: np.ndarray | None = None, transfer_weight: float = 1.0) -> np.ndarray:
     """Longest path from each task to the end of the graph, its own duration included.
 
-    An edge counts its `mean_delays` weight. Returned in units of 1/64 of a time step.
+    An edge counts its `mean_delays` weight times ``transfer_weight`` (HEFT's rank at 1; 0 ranks by
+    computation alone). Returned in units of 1/64 of a time step.
 
     >>> from solvers import Problem
     >>> p = Problem(duration=[2, 3], allowed=[[1, 0], [0, 1]], edges=[[0, 1]], delay=[1])
-    >>> (upward_rank(p) / 64).tolist()
-    [6.0, 3.0]
+    >>> (upward_rank(p) / 64).tolist(), (upward_rank(p, transfer_weight=0) / 64).tolist()
+    ([6.0, 3.0], [5.0, 3.0])
     """
+    if not transfer_weight >= 0:  # also NaN
+        raise ValueError(f"transfer_weight: expected a number >= 0, got {transfer_weight}")
     weight = mean_delays(problem, allowed)
+    if transfer_weight != 1:
+        weight = np.rint(weight * transfer_weight).astype(np.int64)
     dur = mean_durations(problem, allowed)
     return longest_to_sinks(problem.topological_order(), problem.num_tasks, problem.edges, dur, weight) + dur
 

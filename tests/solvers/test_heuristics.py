@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 import solvers.heuristics
 from solvers import InvalidSchedule, Problem, Schedule, lower_bound, solve, solver_names, validate
-from solvers.heuristics import best, cpop, critical_path, fcp, optimistic_cost_table, peft
-from solvers.listsched import heft, list_schedule
+from solvers.heuristics import RANK_WEIGHTS, best, cpop, critical_path, fcp, optimistic_cost_table, peft
+from solvers.listsched import effective_allowed, heft, list_schedule, upward_rank
 from tests.solvers.strategies import brute_force, problems
 
 
@@ -42,6 +42,8 @@ def test_cpop_peft_fcp_best_are_valid_above_the_bound_and_best_is_the_least(p):
     if chosen.schedule is None:  # a group whose tasks share no processor
         assert {r.status for r in results.values()} == {"infeasible"} and chosen.status == "infeasible"
         return
+    for w in RANK_WEIGHTS:  # and HEFT with its rank's transfers weighted w
+        results[f"heft-t{w:g}"] = heft(p, priority=upward_rank(p, effective_allowed(p), transfer_weight=w))
     for r in [*results.values(), chosen]:
         validate(p, r.schedule)
         assert r.objective >= r.lower_bound == lower_bound(p)
@@ -52,6 +54,20 @@ def test_cpop_peft_fcp_best_are_valid_above_the_bound_and_best_is_the_least(p):
     for i, (name, r) in enumerate(zip(names, results.values(), strict=True)):
         reached = any(results[k].objective <= lower_bound(p) for k in list(results)[:i])
         assert chosen.info["candidates"][name] == ("skipped: optimal found" if reached else r.objective)
+
+
+def test_best_tries_heft_with_other_transfer_weights_in_its_rank():
+    """0 (2) and 1 (1) feed 3 (3) with delays 5 and 4; 2 (5) stands alone. HEFT's rank (transfers
+    weighted 1) takes 1 before 2: 1 ends first on the idle processor, 2 follows it there, and 3
+    ends at 8 at best. Ranked by computation alone (weight 0), 2 comes before 1 and gets the other
+    processor to itself: 0, 1, 3 share one and end at 6, the optimum. No other heuristic finds it."""
+    p = Problem(duration=[2, 1, 5, 3], num_processors=2, edges=[[0, 3], [1, 3]], delay=[5, 4])
+    r = best(p)
+    assert (r.objective, r.info["chosen"], r.status) == (6, "heft-t0", "optimal")
+    assert all(r.info["candidates"][k] == 8 for k in ("list", "heft", "cpop", "peft", "fcp"))
+    validate(p, r.schedule)
+    with pytest.raises(ValueError, match="transfer_weight"):
+        upward_rank(p, transfer_weight=-1)
 
 
 @settings(max_examples=60, deadline=None)
