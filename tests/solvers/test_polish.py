@@ -183,6 +183,21 @@ def test_ils_is_valid_never_worse_than_best_and_never_below_the_bound(problem, o
     assert (r.status == "optimal") == (r.objective <= r.lower_bound)
 
 
+def test_ils_starts_from_heft_with_another_rank_weight_where_that_is_better():
+    """Task 3 (1) follows 1 (2) with delay 1; 0 (4) and 2 (5) stand alone. With HEFT's rank 0 goes
+    before 1 and 3 ends at 7 (so does every candidate of `best`). Weighted 3, the transfer puts 1
+    before 0: 1 and 0 share a processor, 3 follows 2 on the other, and all ends at 6, the work over
+    two processors."""
+    from solvers.heuristics import best
+    from solvers.polish import ILS_RANK_WEIGHTS
+
+    p = Problem(duration=[4, 2, 5, 1], num_processors=2, edges=[[1, 3]], delay=[1])
+    assert best(p).objective == 7 and 3.0 in ILS_RANK_WEIGHTS
+    r = solve(p, "ils", time_limit=2)
+    assert (r.objective, r.status, r.info["best"], r.info["start"]) == (6, "optimal", 7, "heft-t3")
+    validate(p, r.schedule)
+
+
 def test_kicks_leave_a_local_optimum():
     """A random layered DAG of 100 tasks on 8 unrelated processors with link factors: polish alone
     stops at a local optimum; with kicks (`ils`, 2 s) the schedule is strictly shorter."""
