@@ -237,8 +237,9 @@ def ils(problem: Problem, /, *, objective: str = "makespan", time_limit: float =
     weight in its rank (`ILS_RANK_WEIGHTS`) where that is better (best within a quarter of
     ``time_limit``, the others within half of it), then `polish` with kicks for the rest: at each
     local optimum a few random tasks of the best schedule so far move to another processor or swap
-    with their neighbour, and the search descends again from there. The bound is best's; the status is optimal where the
-    schedule reaches it. Works on heterogeneous processors and links, where CP-SAT does not.
+    with their neighbour, and the search descends again from there. The bound is best's; the status
+    is optimal where the schedule reaches it. Works on heterogeneous processors and links, where
+    CP-SAT does not.
 
     >>> from solvers import Problem
     >>> ils(Problem(duration=[3, 1, 1], num_processors=2), time_limit=1).objective
@@ -252,16 +253,17 @@ def ils(problem: Problem, /, *, objective: str = "makespan", time_limit: float =
     problem.require_rigid("ils")
     t0 = time.perf_counter()
     start = best(problem, objective=objective, time_limit=time_limit / 4)
-    first = start.objective
+    first, allowed = start.objective, effective_allowed(problem)
     for weight in ILS_RANK_WEIGHTS:
         left = time_limit / 2 - (time.perf_counter() - t0)
         if start.schedule is None or start.status == "optimal" or left <= 0:
             break
-        rank = upward_rank(problem, effective_allowed(problem), weight)
+        rank = upward_rank(problem, allowed, weight)
         other = heft(problem, objective=objective, priority=rank, time_limit=left)
         if other.schedule is not None and other.objective < start.objective:
             status = "optimal" if other.objective <= start.lower_bound else "feasible"
-            start = dataclasses.replace(other, status=status, lower_bound=start.lower_bound, solver=f"heft-t{weight:g}")
+            name = f"heft-t{weight:g}"
+            start = dataclasses.replace(other, status=status, lower_bound=start.lower_bound, solver=name)
     left = time_limit - (time.perf_counter() - t0)
     if start.schedule is None or start.status == "optimal" or left <= 0:
         info = {**start.info, "best": first, "start": start.solver}

@@ -184,10 +184,10 @@ def test_ils_is_valid_never_worse_than_best_and_never_below_the_bound(problem, o
 
 
 def test_ils_starts_from_heft_with_another_rank_weight_where_that_is_better():
-    """Task 3 (1) follows 1 (2) with delay 1; 0 (4) and 2 (5) stand alone. With HEFT's rank 0 goes
-    before 1 and 3 ends at 7 (so does every candidate of `best`). Weighted 3, the transfer puts 1
-    before 0: 1 and 0 share a processor, 3 follows 2 on the other, and all ends at 6, the work over
-    two processors."""
+    """Task 3 (1) follows task 1 (2) with delay 1; tasks 0 (4) and 2 (5) stand alone. HEFT's own rank
+    takes task 0 before task 1, and task 3 ends at 7 (as in every candidate of `best`). With the
+    transfer weighted 3, task 1 comes before task 0: they share a processor, task 3 follows task 2
+    on the other, and all ends at 6, the work over two processors."""
     from solvers.heuristics import best
     from solvers.polish import ILS_RANK_WEIGHTS
 
