@@ -249,8 +249,9 @@ def against_saga(
     heft ranked with transfers weighted 0 and 2; and ``list`` and ``heft`` alone) against saga's
     HEFT, CPoP and FCP, with our lower bound. With ``lns`` seconds, also CP-SAT LNS from best's
     schedule (equal processors only: CP-SAT refuses heterogeneous ones) and its proven bound. With
-    ``ils`` seconds, also `solvers.polish.ils` (best's schedule polished along its critical chain,
-    kicked at each local optimum) with that time limit. saga runs with ``PYTHONHASHSEED=hash_seed`` (see `run_saga`)."""
+    ``ils`` seconds, also `solvers.polish.ils` (best's schedule, or HEFT's with another rank weight
+    where better, polished along its critical chain and kicked at each local optimum) with that time
+    limit. saga runs with ``PYTHONHASHSEED=hash_seed`` (see `run_saga`)."""
     from statistics import median
 
     from solvers.heuristics import best
