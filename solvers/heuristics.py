@@ -314,8 +314,9 @@ RANK_WEIGHTS = (0.0, 2.0)
 with, after HEFT's own weight 1: candidates ``heft-t0`` and ``heft-t2``."""
 
 
-def _heft_ranked(weight: float):
-    """`heft` whose upward rank weighs transfers by ``weight``, named ``heft-t<weight>``."""
+def heft_ranked(weight: float):
+    """``(name, run)``: ``run`` is `heft` whose upward rank weighs transfers by ``weight``, and its
+    result and ``name`` say ``heft-t<weight>`` (used by `best` and `solvers.polish.ils`)."""
     name = f"heft-t{weight:g}"
 
     def run(problem: Problem, /, *, objective: str = "makespan", time_limit: float | None = None) -> Result:
@@ -348,7 +349,7 @@ def best(problem: Problem, /, *, objective: str = "makespan", time_limit: float 
     chosen: Result | None = None
     results = []
     runs = [("list", list_schedule), ("heft", heft), ("cpop", cpop), ("peft", peft), ("fcp", fcp)]
-    for name, run in runs + [_heft_ranked(w) for w in RANK_WEIGHTS]:
+    for name, run in runs + [heft_ranked(w) for w in RANK_WEIGHTS]:
         left = deadline - time.perf_counter()
         if left <= 0 and results:  # the first always runs (its own limit stops it)
             candidates[name] = "skipped: time limit"

@@ -245,25 +245,22 @@ def ils(problem: Problem, /, *, objective: str = "makespan", time_limit: float =
     >>> ils(Problem(duration=[3, 1, 1], num_processors=2), time_limit=1).objective
     3
     """
-    from solvers.heuristics import best
-    from solvers.listsched import effective_allowed, heft, upward_rank
+    from solvers.heuristics import best, heft_ranked
 
     if not time_limit > 0:  # also NaN
         raise ValueError(f"time_limit: expected a positive number of seconds, got {time_limit}")
     problem.require_rigid("ils")
     t0 = time.perf_counter()
     start = best(problem, objective=objective, time_limit=time_limit / 4)
-    first, allowed = start.objective, effective_allowed(problem)
-    for weight in ILS_RANK_WEIGHTS:
+    first = start.objective
+    for _, run in map(heft_ranked, ILS_RANK_WEIGHTS):
         left = time_limit / 2 - (time.perf_counter() - t0)
         if start.schedule is None or start.status == "optimal" or left <= 0:
             break
-        rank = upward_rank(problem, allowed, weight)
-        other = heft(problem, objective=objective, priority=rank, time_limit=left)
+        other = run(problem, objective=objective, time_limit=left)
         if other.schedule is not None and other.objective < start.objective:
             status = "optimal" if other.objective <= start.lower_bound else "feasible"
-            name = f"heft-t{weight:g}"
-            start = dataclasses.replace(other, status=status, lower_bound=start.lower_bound, solver=name)
+            start = dataclasses.replace(other, status=status, lower_bound=start.lower_bound)
     left = time_limit - (time.perf_counter() - t0)
     if start.schedule is None or start.status == "optimal" or left <= 0:
         info = {**start.info, "best": first, "start": start.solver}
