@@ -62,6 +62,7 @@ def cpsat(
     keep_processor: np.ndarray | None = None,
     known_bound: int = 0,
     order_pairs: np.ndarray | None = None,
+    expand_memory: bool | None = None,
 ) -> Result:
     """Solve ``problem`` with CP-SAT within ``time_limit`` seconds.
 
@@ -91,6 +92,9 @@ def cpsat(
         Processor to keep for each task, -1 where free (used by `solvers.lns`).
     order_pairs : (k, 2) int, optional
         Pairs ``(a, b)``: ``b`` starts after ``a`` ends (used by `solvers.lns`).
+    expand_memory : bool, optional
+        Whether CP-SAT's presolve expands the memory reservoirs into a Boolean per pair of memory
+        events on a processor. By default it does up to `RESERVOIR_EXPANSION_LIMIT` pairs.
 
     With ``symmetry``, ``keep_processor`` or ``order_pairs`` the status and the bound refer to the
     problem so restricted.
@@ -146,7 +150,7 @@ def cpsat(
     solver.parameters.num_workers = int(workers)
     solver.parameters.log_search_progress = bool(log)
     limit_probing(solver, problem)
-    if _reservoir_pairs(problem) > RESERVOIR_EXPANSION_LIMIT:
+    if expand_memory is False or (expand_memory is None and _reservoir_pairs(problem) > RESERVOIR_EXPANSION_LIMIT):
         # expanding the memory reservoirs "using precedences" makes a Boolean per pair of memory
         # events on a processor: on 4,608 tasks over 16 ranks, 440,832 Booleans and ~900k constraints,
         # whose presolve outlasted a 20 s limit by 25% and then stopped with UNKNOWN before any search

@@ -277,14 +277,16 @@ def _search_mode(
     """On the graph of one backward mode and placement, within ``share`` seconds: list scheduling;
     the best of it and ``seeds`` (converted to this mode where that is exact) polished by moves on its
     critical chain (`solvers.polish`, at most `POLISH_SHARE` of the share); CP-SAT from that for
-    `CPSAT_SHARE` of what is left; then band steps (`solvers.lns.improve_bands`, `BAND_SHARE` of the
-    rest) and CP-SAT window steps (`solvers.lns.improve_windows`) from CP-SAT's result for the rest,
-    both up to CP-SAT's own size limit (beyond it each step re-times tens of thousands of tasks;
-    on the ZB-V row at p=32, 49,152 tasks, they found nothing). A step estimated not to fit in what
+    `CPSAT_SHARE` of what is left; then, from CP-SAT's result, CP-SAT at coarser time, then finer
+    (`solvers.lns.improve_coarse`, `COARSE_SHARE` of the rest), band steps
+    (`solvers.lns.improve_bands`, `BAND_SHARE` of the rest) and CP-SAT window steps
+    (`solvers.lns.improve_windows`) for the rest, all up to CP-SAT's own size limit (beyond it each
+    step re-times tens of thousands of tasks; on the ZB-V row at p=32, 49,152 tasks, they found
+    nothing). A step estimated not to fit in what
     is left of ``budget`` is skipped, and said so in ``tried``."""
     from solvers import get_solver
     from solvers.cpsat import MAX_SEARCH_TASKS, decline_reason
-    from solvers.lns import improve_bands, improve_windows
+    from solvers.lns import improve_bands, improve_coarse, improve_windows
     from solvers.polish import polish
 
     t0 = time.perf_counter()
@@ -363,7 +365,20 @@ def _search_mode(
         tried[f"lns ({mode})"] = f"not run: {problem.num_tasks:,} tasks, more than {MAX_SEARCH_TASKS:,}"
     elif not interrupted and result.objective > bound and end - time.perf_counter() > 0.1:
         schedule = result.schedule
-        if end - time.perf_counter() > 2 * BAND_STEP:  # band steps first, where two of them fit
+        if end - time.perf_counter() > 2 * BAND_STEP:  # coarse levels first, then band steps
+            schedule, info = improve_coarse(
+                problem,
+                schedule,
+                objective=objective,
+                time_limit=(end - time.perf_counter()) * COARSE_SHARE,
+                bound=bound,
+                workers=workers,
+                progress=progress,
+            )
+            interrupted = bool(info.get("interrupted"))
+            if info["levels"]:
+                tried[f"coarse ({mode})"] = schedule.objective(problem, objective)
+        if not interrupted and end - time.perf_counter() > 2 * BAND_STEP:  # band steps, where two of them fit
             schedule, info = improve_bands(
                 problem,
                 schedule,
@@ -395,13 +410,19 @@ def _search_mode(
     return _Search(split_backward, sol, sol.metrics["lower_bound"], result.status, interrupted)
 
 
-CPSAT_SHARE = 0.25
+CPSAT_SHARE = 0.1
 """The share of what is left after polishing that CP-SAT gets on the whole model when a schedule
 exists (all of it when none does). On the 1.5B interleaved rows it either finds its best in seconds
-(p=4) or nothing at all (p=6, p=8); band steps use the rest better."""
+(p=4) or nothing at all (p=6, p=8); the coarse levels and band steps use the rest better (it had a
+quarter before the coarse levels came)."""
+
+COARSE_SHARE = 0.8
+"""The share of what is left after CP-SAT that CP-SAT at coarser time gets (`solvers.lns.improve_coarse`).
+On the 1.5B interleaved row re-cut to p=4 it is what reaches the bound within 60 s, where CP-SAT with
+the real times stops at a 2.1% gap (figures: ``benchmarks/results/multichunk-2core-vm.txt``)."""
 
 BAND_SHARE = 0.85
-"""The share of what is left after CP-SAT that band steps get (`solvers.lns.improve_bands`); window
+"""The share of what is left after the coarse levels that band steps get (`solvers.lns.improve_bands`); window
 steps (`solvers.lns.improve_windows`) take the rest. With 60 s on the 1.5B interleaved rows: p=6 gap
 2.79% (bubble 0.0988; torch's order 0.1050), p=8 2.25% (0.0731; torch 0.0755). Before band steps
 both stayed at torch's order (3.46%, 2.50%); with a third for CP-SAT and half the rest for bands,

@@ -68,6 +68,10 @@ def test_memory_forces_serialisation():
     result = cpsat(p, time_limit=5)
     check(p, result)
     assert (result.status, result.objective) == ("optimal", 9)
+    for expand in (False, True):  # the reservoirs kept as they are, or expanded: the same optimum
+        result = cpsat(p, time_limit=5, expand_memory=expand)
+        check(p, result)
+        assert (result.status, result.objective) == ("optimal", 9)
 
 
 def test_long_transfer_keeps_tasks_together():

@@ -183,3 +183,51 @@ def test_local_steps_run_on_a_large_memory_free_problem():
     validate(p, r.schedule)
     assert r.info["steps"] >= 1
     assert r.objective <= start.objective
+
+
+def test_coarse_levels_reach_the_optimum_of_a_problem_in_large_units():
+    """Durations of thousands of time steps: the coarse level (the longest task 6 units) solves the
+    problem in small numbers, and its orders timed with the real durations are optimal here."""
+    from solvers.lns import improve_coarse
+
+    p = Problem(duration=[3000, 3000, 2000, 2000, 2000], num_processors=2)
+    serial = Schedule(processor=np.zeros(5, dtype=np.int64), start=np.array([0, 3000, 6000, 8000, 10000]))
+    validate(p, serial)
+    got, info = improve_coarse(p, serial, time_limit=10, bound=6000)
+    validate(p, got)
+    assert got.objective(p, "makespan") == 6000
+    assert list(info["levels"]) == ["1/500"]  # the first level reached the bound: no other ran
+
+
+@settings(max_examples=15, deadline=None)
+@given(problems(max_tasks=10, max_processors=3), st.sampled_from(["makespan", "span"]), st.integers(1, 1000))
+def test_coarse_levels_are_valid_and_never_worse(problem, objective, scale):
+    """`improve_coarse` (memory limits and affinity groups included), on the problem with every time
+    ``scale`` times longer: what it returns is valid and no worse than where it started; a level
+    runs only where its unit is at least 2 time steps."""
+    import dataclasses
+
+    from solvers.lns import COARSE_RESOLUTIONS, improve_coarse
+
+    problem = dataclasses.replace(problem, duration=problem.duration * scale, delay=problem.delay * scale)
+    start = list_schedule(problem, objective=objective)
+    if start.schedule is None:
+        return
+    got, info = improve_coarse(problem, start.schedule, objective=objective, time_limit=1.5)
+    validate(problem, got)
+    assert got.objective(problem, objective) <= start.schedule.objective(problem, objective)
+    longest = int(problem.duration.max())
+    coarse_enough = [r for r in COARSE_RESOLUTIONS if longest / r >= 2]
+    assert len(info["levels"]) <= len(coarse_enough)
+    if not coarse_enough:
+        assert info["levels"] == {} and got is start.schedule
+
+
+def test_coarsened_refuses_a_unit_below_one():
+    from solvers.lns import coarsened
+
+    p = Problem(duration=[5, 1, 0], num_processors=1)
+    assert coarsened(p, 4).duration.tolist() == [1, 1, 0]  # a task that takes time keeps at least 1
+    for unit in (0.5, float("nan")):
+        with pytest.raises(ValueError, match="unit"):
+            coarsened(p, unit)
