@@ -416,7 +416,7 @@ exists (all of it when none does). On the 1.5B interleaved rows it either finds 
 (p=4) or nothing at all (p=6, p=8); the coarse levels and band steps use the rest better (it had a
 quarter before the coarse levels came)."""
 
-COARSE_SHARE = 0.8
+COARSE_SHARE = 0.5
 """The share of what is left after CP-SAT that CP-SAT at coarser time gets (`solvers.lns.improve_coarse`).
 On the 1.5B interleaved row re-cut to p=4 it is what reaches the bound within 60 s, where CP-SAT with
 the real times stops at a 2.1% gap (figures: ``benchmarks/results/multichunk-2core-vm.txt``)."""

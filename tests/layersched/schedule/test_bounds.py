@@ -195,3 +195,26 @@ def test_warm_up_and_cool_down_idles_add_when_held_forwards_overflow():
     assert pipeline_bounds(pipe, pipe.stage_to_rank(), "span")["pipeline_idle"] == 18 + 14 + 9
     optimum = solve_pipeline(pipe, solver="cpsat", objective="span", time_limit=30)
     assert optimum.result.status == "optimal" and optimum.metrics["value"] >= 18 + 14 + 9
+
+
+def test_the_interleaved_bound_is_reached_at_p4():
+    """The memory-aware bound is tight on the 1.5B interleaved row re-cut to p=4, m=8 (1F1B's memory):
+    orders that `best` found (kept in tests/data) time to exactly the bound, within the limit. A
+    stronger-looking bound that passes them would be wrong; a search that misses them has room."""
+    import json
+
+    import yaml
+
+    from layersched.describe.config import ProblemSpec
+    from layersched.schedule.solve import solve_orders
+    from tests.paths import DATA
+
+    doc = yaml.safe_load((PROBLEMS / "zb-interleaved-1.5b.yaml").read_text())
+    spec = doc["pipeline"]
+    spec.update(stages=12, microbatches=8, memory_limit=12 * spec["memory_forward"])
+    pipe = pipeline_from_spec(ProblemSpec.model_validate(doc))
+    bound = max(pipeline_bounds(pipe, pipe.stage_to_rank(), "span").values())
+    actions = json.loads((DATA / "zb-interleaved-1.5b-p4-m8-at-bound.json").read_text())["actions"]
+    sol = solve_orders(pipe, actions, split_backward=True, stage_to_rank=pipe.stage_to_rank(), method="kept")
+    assert sol.metrics["value"] == bound == 1182180
+    assert max(sol.metrics["peak_memory"]) <= pipe.capacity
