@@ -282,8 +282,8 @@ def _search_mode(
     (`solvers.lns.improve_bands`, `BAND_SHARE` of the rest) and CP-SAT window steps
     (`solvers.lns.improve_windows`) for the rest, all up to CP-SAT's own size limit (beyond it each
     step re-times tens of thousands of tasks; on the ZB-V row at p=32, 49,152 tasks, they found
-    nothing). A step estimated not to fit in what
-    is left of ``budget`` is skipped, and said so in ``tried``."""
+    nothing). A step estimated not to fit in what is left of ``budget`` is skipped, and said so in
+    ``tried``."""
     from solvers import get_solver
     from solvers.cpsat import MAX_SEARCH_TASKS, decline_reason
     from solvers.lns import improve_bands, improve_coarse, improve_windows
@@ -418,15 +418,17 @@ quarter before the coarse levels came)."""
 
 COARSE_SHARE = 0.5
 """The share of what is left after CP-SAT that CP-SAT at coarser time gets (`solvers.lns.improve_coarse`).
-On the 1.5B interleaved row re-cut to p=4 it is what reaches the bound within 60 s, where CP-SAT with
-the real times stops at a 2.1% gap (figures: ``benchmarks/results/multichunk-2core-vm.txt``)."""
+On the 1.5B interleaved row re-cut to p=4, where CP-SAT with the real times stops at a 2.1% gap, it
+took `best` (60 s) to 0.08 / 0.92 / 1.36% in three runs; with 0.8 to the bound in all three, but then
+the p=8 row kept torch's order, band steps having too little time (figures:
+``benchmarks/results/multichunk-2core-vm.txt``)."""
 
 BAND_SHARE = 0.85
-"""The share of what is left after the coarse levels that band steps get (`solvers.lns.improve_bands`); window
-steps (`solvers.lns.improve_windows`) take the rest. With 60 s on the 1.5B interleaved rows: p=6 gap
-2.79% (bubble 0.0988; torch's order 0.1050), p=8 2.25% (0.0731; torch 0.0755). Before band steps
-both stayed at torch's order (3.46%, 2.50%); with a third for CP-SAT and half the rest for bands,
-too few band steps ran to find these."""
+"""The share of what is left after the coarse levels that band steps get (`solvers.lns.improve_bands`);
+window steps (`solvers.lns.improve_windows`) take the rest. Before the coarse levels, with 60 s on
+the 1.5B interleaved rows: p=6 gap 2.79% (bubble 0.0988; torch's order 0.1050), p=8 2.25% (0.0731;
+torch 0.0755). Before band steps both stayed at torch's order (3.46%, 2.50%); with a third for
+CP-SAT and half the rest for bands, too few band steps ran to find these."""
 
 BAND_STEP = 3.0
 """Seconds per band step: each re-solves the whole model, so shorter steps leave CP-SAT too little
