@@ -229,3 +229,27 @@ def test_built_wheel_works_outside_the_checkout(tmp_path):
     r = there(exe, "bench", "zero-bubble", "--methods", "1f1b", "--quiet", "--out-dir", "b")
     assert r.returncode == 0, r.stderr
     assert "zb-14.6b" in r.stdout and (work / "b" / "zero-bubble.csv").is_file()
+
+
+def test_progress_lines_count_from_the_start_of_the_solve(tmp_path, capsys, monkeypatch):
+    """Each step of `best` reports ``elapsed`` from its own start; the lines `solve` prints count the
+    seconds since the solve began, so they never go back."""
+    import re
+    import time
+
+    import layersched.schedule.solve as solve_module
+
+    real = solve_module.solve_pipeline
+
+    def two_steps(pipe, **options):
+        report = options.pop("progress")
+        report({"incumbent": 20, "bound": 10, "gap": 0.5, "elapsed": 5.0})  # late in a first step
+        time.sleep(0.2)
+        report({"incumbent": 15, "bound": 10, "gap": 1 / 3, "elapsed": 0.1})  # early in the next one
+        return real(pipe, schedule="1f1b", objective=options.get("objective"))
+
+    monkeypatch.setattr(solve_module, "solve_pipeline", two_steps)
+    out = tmp_path / "s.json"
+    assert main(["solve", str(DATA / "zb-1.5b.yaml"), "--solver", "best", "--time-limit", "5", "--out", str(out)]) == 0
+    seconds = [float(s) for s in re.findall(r"^\s+([\d.]+) s  incumbent", capsys.readouterr().out, re.M)]
+    assert len(seconds) == 2 and seconds[1] >= seconds[0] + 0.15 and seconds[0] < 5.0
