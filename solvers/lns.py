@@ -247,35 +247,27 @@ def improve_coarse(
     not expanded (``expand_memory=False``): on that row at p=6 expanding them made presolve build
     23,000 Booleans, and no level improved in 80 s. A coarse level's proven bound is not one of the
     real problem, so none is kept. Returns the best schedule and ``info`` (the real objective each
-    level reached; ``interrupted`` after Ctrl-C)."""
-    t0 = time.perf_counter()
+    level reached, steps, improving steps; ``interrupted`` after Ctrl-C)."""
     problem.require_uniform("improve_coarse")
-    current, value = schedule, schedule.objective(problem, objective)
     longest = int(problem.duration.max()) if problem.num_tasks else 0
-    levels: dict[str, int | str] = {}
     # the unit falls from level to level: once it is under 2 time steps, the problem is that coarse already
     plan = [(longest / r, s) for r, s in zip(COARSE_RESOLUTIONS, COARSE_SHARES, strict=True) if longest / r >= 2]
-    for k, (unit, share) in enumerate(plan):
-        left = time_limit - (time.perf_counter() - t0)
-        if value <= bound or left <= 0.5:
-            break
-        limit = left if k == len(plan) - 1 else min(left, share * time_limit)  # the last level: all that is left
+    levels: dict[str, int | str] = {}
+
+    def step(current: Schedule, left: float, k: int) -> tuple[Schedule | None, bool]:
+        unit, share = plan[k]
         coarse = coarsened(problem, unit)
         hint = _in_orders(coarse, current)
         if hint is None:  # zero-length tasks at equal starts may not re-time in index order
-            break
+            return None, False
+        limit = left if k == len(plan) - 1 else min(left, share * time_limit)  # the last level: all that is left
         found = cpsat(coarse, objective=objective, time_limit=limit, workers=workers, hint=hint, expand_memory=False)
         moved = None if found.schedule is None else _in_orders(problem, found.schedule)
-        got = None if moved is None else moved.objective(problem, objective)
-        levels[f"1/{unit:.0f}"] = got if got is not None else found.status
-        if got is not None and got <= value:
-            if got < value and progress is not None:
-                progress({"incumbent": got, "bound": bound, "gap": (got - bound) / got,
-                          "elapsed": time.perf_counter() - t0})  # fmt: skip
-            current, value = moved, got
-        if found.info.get("interrupted"):
-            return current, {"levels": levels, "interrupted": True}
-    return current, {"levels": levels}
+        levels[f"1/{unit:.0f}"] = moved.objective(problem, objective) if moved is not None else found.status
+        return moved, bool(found.info.get("interrupted"))
+
+    current, info = _drive(problem, schedule, objective, time_limit, bound, progress, step, least=0.5, steps=len(plan))
+    return current, info | {"levels": levels}
 
 
 def _drive(
@@ -287,22 +279,24 @@ def _drive(
     progress: Callable[[dict], None] | None,
     step: Callable[[Schedule, float, int], tuple[Schedule | None, bool]],
     least: float,
+    steps: int | None = None,
 ) -> tuple[Schedule, dict]:
-    """The loop of `improve_windows` and `improve_bands`: while the objective is above ``bound`` and
-    more than ``least`` of ``time_limit`` seconds is left, ``step(current, seconds left, steps so
-    far)`` gives a schedule (or None) and whether Ctrl-C stopped it; a schedule no worse than the
-    current one replaces it, and ``progress`` hears of each improvement. The best schedule and
-    ``info`` (steps, improving steps; ``interrupted`` after Ctrl-C)."""
+    """The loop of `improve_windows`, `improve_bands` and `improve_coarse`: while the objective is
+    above ``bound``, more than ``least`` of ``time_limit`` seconds is left and fewer than ``steps``
+    steps have run (no limit by default), ``step(current, seconds left, steps so far)`` gives a
+    schedule (or None) and whether Ctrl-C stopped it; a schedule no worse than the current one
+    replaces it, and ``progress`` hears of each improvement. The best schedule and ``info`` (steps,
+    improving steps; ``interrupted`` after Ctrl-C)."""
     t0 = time.perf_counter()
     current, value = schedule, schedule.objective(problem, objective)
-    steps = improvements = 0
+    done = improvements = 0
     interrupted = False
-    while value > bound and problem.num_tasks and not interrupted:
+    while value > bound and problem.num_tasks and not interrupted and (steps is None or done < steps):
         left = time_limit - (time.perf_counter() - t0)
         if left <= least:
             break
-        moved, interrupted = step(current, left, steps)
-        steps += 1
+        moved, interrupted = step(current, left, done)
+        done += 1
         if moved is None:
             continue
         got = moved.objective(problem, objective)
@@ -313,7 +307,7 @@ def _drive(
                     progress({"incumbent": got, "bound": bound, "gap": (got - bound) / got,
                               "elapsed": time.perf_counter() - t0})  # fmt: skip
             current, value = moved, got
-    return current, {"steps": steps, "improvements": improvements} | ({"interrupted": True} if interrupted else {})
+    return current, {"steps": done, "improvements": improvements} | ({"interrupted": True} if interrupted else {})
 
 
 def _retimed(problem: Problem, schedule: Schedule, ties: np.ndarray | None = None) -> Schedule:
