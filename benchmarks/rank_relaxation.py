@@ -1,0 +1,142 @@
+"""Is the proven bound or the schedule the loose side of a gap? Relaxing all but a few ranks tells.
+
+For a set of ranks of a pipeline row, the *relaxation* keeps those ranks' passes and memory limits,
+and gives every other pass a processor of its own with no memory limit: there a pass starts as soon
+as its inputs are there. Every schedule of the row is one of the relaxation, with the same spans on
+the kept ranks (transfers are paid where they were: an edge between two passes of one rank keeps no
+delay). So the relaxation's optimum (its largest span over the kept ranks) is a lower bound of the
+row, and every bound that reasons about those ranks alone is at most it: with one rank kept, the
+warm-up, cool-down and memory-time bounds of `layersched.schedule.bounds`.
+
+The script searches the relaxation (`solvers.lns.improve_coarse` from torch's order, the search that
+reached the bound at p=4) and prints the row's analytical bound, the largest kept span found, and
+torch's order's on the same ranks. A span found is an upper bound of the relaxation's optimum: where
+it meets the analytical bound, no reasoning about those ranks alone can prove more, and the gap of
+the row lies in how the other ranks hold them up. It closes only with better schedules or a bound
+over more ranks.
+
+Usage: python benchmarks/rank_relaxation.py [--rows 4,6,8] [--keep 0 --keep 0,-1] [--time-limit 120]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from multichunk import recut
+from rich.console import Console
+from rich.table import Table
+
+from layersched.describe.config import load_problem
+from layersched.describe.stages import pipeline_from_spec
+from layersched.schedule.bounds import pipeline_bounds
+from layersched.schedule.solve import complete_orders, task_graph
+from layersched.schedule.templates import template_orders
+from solvers import Problem
+from solvers.lns import improve_coarse
+from solvers.simulate import time_orders
+from solvers.validate import violations
+
+MICROBATCHES = {4: 8, 6: 12, 8: 24, 16: 48}
+"""The interleaved rows, ranks -> micro-batches (3 stages per rank): p=8 is the bundled row, p=4 and
+p=6 its re-cuts in benchmarks/multichunk.py, p=16 the re-cut of the README's "Not yet" paragraph."""
+
+
+def relaxation(problem: Problem, keep: list[int]) -> tuple[Problem, np.ndarray]:
+    """The relaxation of ``problem`` (every task bound to one processor) that keeps the processors
+    ``keep``, and each task's processor there (``keep[i]``'s tasks on processor ``i``)."""
+    fixed = problem.fixed_processor()
+    if (fixed < 0).any():
+        raise ValueError("the relaxation needs every task bound to one processor")
+    kept = np.isin(fixed, keep)
+    n, others = problem.num_tasks, np.flatnonzero(~kept)
+    proc = np.zeros(n, dtype=np.int64)
+    for i, q in enumerate(keep):
+        proc[fixed == q] = i
+    proc[others] = len(keep) + np.arange(len(others))
+    allowed = np.zeros((n, len(keep) + len(others)), dtype=bool)
+    allowed[np.arange(n), proc] = True
+    capacity = np.full(len(keep) + len(others), np.iinfo(np.int64).max // 4)
+    capacity[: len(keep)] = problem.capacity[keep]
+    u, v = problem.edges[:, 0], problem.edges[:, 1]
+    relaxed = Problem(
+        duration=problem.duration,
+        allowed=allowed,
+        edges=problem.edges,
+        delay=np.where(fixed[u] == fixed[v], 0, problem.delay),  # paid where it was paid
+        mem_delta=np.where(kept, problem.mem_delta, 0),
+        capacity=capacity,
+    )
+    return relaxed, proc
+
+
+def kept_span(problem: Problem, schedule, proc: np.ndarray, count: int) -> int:
+    """The largest span of processors ``0 .. count-1`` under the assignment ``proc``."""
+    end = schedule.start + problem.duration
+    return max(int(end[proc == i].max() - schedule.start[proc == i].min()) for i in range(count))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rows", default="4,6,8", help="interleaved rows by rank count (of 4, 6, 8, 16)")
+    ap.add_argument(
+        "--keep",
+        action="append",
+        help="ranks kept together, e.g. 0,-1 (-1: the last); repeat for more sets (default: 0, the slowest)",
+    )
+    ap.add_argument("--time-limit", type=float, default=120.0, help="seconds of search per set of ranks")
+    args = ap.parse_args()
+    console = Console()
+    sets = [[int(x) for x in k.split(",")] for k in (args.keep or ["0"])]
+    table = Table(title=f"relaxed to a few ranks, improve_coarse {args.time_limit:g} s from torch's order")
+    for col in ("row", "ranks kept", "analytical bound", "relaxation: span found", "torch's order", "found / bound"):
+        table.add_column(col, justify="right" if col != "row" else "left")
+    with tempfile.TemporaryDirectory() as tmp:
+        for p in (int(x) for x in args.rows.split(",")):
+            if p not in MICROBATCHES:
+                raise SystemExit(f"--rows: {p} is not one of the rows ({', '.join(map(str, MICROBATCHES))})")
+            pipe = pipeline_from_spec(load_problem(recut(Path(tmp), "zb-interleaved-1.5b", p, MICROBATCHES[p])))
+            rank = pipe.stage_to_rank()
+            tasks = task_graph(pipe, True, rank)
+            problem = tasks.problem
+            bound = max(pipeline_bounds(pipe, rank, "span").values())
+            torch = time_orders(problem, complete_orders(tasks, template_orders("interleaved-zb", pipe)))
+            for given in sets:
+                if not all(-p <= q < p for q in given):
+                    raise SystemExit(f"--keep {given}: the p={p} row has ranks 0-{p - 1} (or -1 to -{p})")
+                keep = sorted({q % p for q in given})
+                relaxed, proc = relaxation(problem, keep)
+                start = time_orders(relaxed, _orders(relaxed, proc, torch.start))
+                t0 = time.perf_counter()
+                found, _ = improve_coarse(relaxed, start, objective="span", time_limit=args.time_limit, bound=bound)
+                if violations(relaxed, found, limit=1):  # improve_coarse keeps valid schedules only
+                    raise SystemExit(f"p={p}, ranks {keep}: the schedule found is not valid")
+                span = kept_span(relaxed, found, proc, len(keep))
+                table.add_row(
+                    f"interleaved p={p}, m={MICROBATCHES[p]}",
+                    ",".join(map(str, keep)),
+                    f"{bound:,}",
+                    f"{span:,}",
+                    f"{max(int(torch.spans(problem)[q]) for q in keep):,}",
+                    f"{span / bound:.4f}",
+                )
+                console.print(f"p={p}, ranks {keep}: {span:,} against {bound:,} ({time.perf_counter() - t0:.0f} s)")
+    console.print(table)
+    console.print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
+
+
+def _orders(problem: Problem, proc: np.ndarray, start: np.ndarray) -> list[list[int]]:
+    """Per-processor orders of ``problem`` by ``start`` (ties by task index)."""
+    orders: list[list[int]] = [[] for _ in range(problem.num_processors)]
+    for t in np.lexsort((np.arange(len(start)), start)).tolist():
+        orders[int(proc[t])].append(t)
+    return orders
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,56 @@
+"""benchmarks/rank_relaxation.py: its relaxation keeps every schedule of the row, with the same spans."""
+
+import importlib.util
+
+import numpy as np
+import pytest
+
+from layersched.describe.config import load_problem
+from layersched.describe.stages import pipeline_from_spec
+from layersched.schedule.solve import complete_orders, task_graph
+from layersched.schedule.templates import template_orders
+from solvers import Problem, Schedule
+from solvers.simulate import time_orders
+from solvers.validate import violations
+from tests.paths import ROOT
+
+
+@pytest.fixture(scope="module")
+def bench():
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))  # the script imports multichunk beside it
+    try:
+        spec = importlib.util.spec_from_file_location("rank_relaxation", ROOT / "benchmarks" / "rank_relaxation.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+
+
+@pytest.mark.parametrize("keep", [[0], [3], [0, 3], [1, 2, 3]])
+def test_every_schedule_of_the_row_is_one_of_the_relaxation(bench, tmp_path, keep):
+    pipe = pipeline_from_spec(load_problem(bench.recut(tmp_path, "zb-interleaved-1.5b", 4, 8)))
+    tasks = task_graph(pipe, True, pipe.stage_to_rank())
+    problem = tasks.problem
+    torch = time_orders(problem, complete_orders(tasks, template_orders("interleaved-zb", pipe)))
+    relaxed, proc = bench.relaxation(problem, keep)
+    moved = Schedule(processor=proc, start=torch.start)
+    assert not violations(relaxed, moved, limit=1)
+    assert bench.kept_span(relaxed, moved, proc, len(keep)) == max(int(torch.spans(problem)[q]) for q in keep)
+    # the kept ranks keep their memory limits; the others have none
+    assert relaxed.capacity[: len(keep)].tolist() == problem.capacity[keep].tolist()
+    assert (relaxed.mem_delta[proc >= len(keep)] == 0).all()
+
+
+def test_a_delay_inside_a_rank_stays_unpaid(bench):
+    # tasks 0 and 1 share processor 0 (their edge's delay is not paid); task 2 is on processor 1
+    problem = Problem(duration=[2, 3, 1], allowed=[[1, 0], [1, 0], [0, 1]], edges=[[0, 1], [1, 2]], delay=[5, 4])
+    relaxed, proc = bench.relaxation(problem, [1])
+    assert proc.tolist() == [1, 2, 0]
+    timed = time_orders(relaxed, [[2], [0], [1]])
+    assert timed.start.tolist() == [0, 2, 9]  # 0 -> 1 unpaid, 1 -> 2 paid
+    with pytest.raises(ValueError, match="bound to one processor"):
+        bench.relaxation(Problem(duration=[1, 1], num_processors=2), [0])
+    assert np.array_equal(relaxed.duration, problem.duration)
