@@ -81,23 +81,41 @@ def kept_span(problem: Problem, schedule, proc: np.ndarray, count: int) -> int:
     return max(int(end[proc == i].max() - schedule.start[proc == i].min()) for i in range(count))
 
 
+def _ints(text: str) -> list[int]:
+    """``"0,-1"`` -> ``[0, -1]``, for argparse."""
+    try:
+        return [int(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected integers separated by commas, got {text!r}") from None
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not value > 0:  # also NaN
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text}")
+    return value
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rows", default="4,6,8", help="interleaved rows by rank count (of 4, 6, 8, 16)")
+    ap.add_argument("--rows", type=_ints, default=[4, 6, 8], help="interleaved rows by rank count, of 4, 6, 8, 16")
     ap.add_argument(
         "--keep",
+        type=_ints,
         action="append",
         help="ranks kept together, e.g. 0,-1 (-1: the last); repeat for more sets (default: 0, the slowest)",
     )
-    ap.add_argument("--time-limit", type=float, default=120.0, help="seconds of search per set of ranks")
+    ap.add_argument("--time-limit", type=_seconds, default=120.0, help="seconds of search per set of ranks")
     args = ap.parse_args()
     console = Console()
-    sets = [[int(x) for x in k.split(",")] for k in (args.keep or ["0"])]
-    table = Table(title=f"relaxed to a few ranks, improve_coarse {args.time_limit:g} s from torch's order")
-    for col in ("row", "ranks kept", "analytical bound", "relaxation: span found", "torch's order", "found / bound"):
+    sets = args.keep or [[0]]
+    table = Table(
+        title=f"1.5B interleaved rows relaxed to a few ranks: improve_coarse {args.time_limit:g} s from torch's order"
+    )
+    for col in ("row", "kept", "our bound", "span found", "torch's order", "found / bound"):
         table.add_column(col, justify="right" if col != "row" else "left")
     with tempfile.TemporaryDirectory() as tmp:
-        for p in (int(x) for x in args.rows.split(",")):
+        for p in args.rows:
             if p not in MICROBATCHES:
                 raise SystemExit(f"--rows: {p} is not one of the rows ({', '.join(map(str, MICROBATCHES))})")
             pipe = pipeline_from_spec(load_problem(recut(Path(tmp), "zb-interleaved-1.5b", p, MICROBATCHES[p])))
@@ -118,7 +136,7 @@ def main() -> None:
                     raise SystemExit(f"p={p}, ranks {keep}: the schedule found is not valid")
                 span = kept_span(relaxed, found, proc, len(keep))
                 table.add_row(
-                    f"interleaved p={p}, m={MICROBATCHES[p]}",
+                    f"p={p}, m={MICROBATCHES[p]}",
                     ",".join(map(str, keep)),
                     f"{bound:,}",
                     f"{span:,}",
