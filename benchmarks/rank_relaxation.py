@@ -53,6 +53,8 @@ def relaxation(problem: Problem, keep: list[int]) -> tuple[Problem, np.ndarray]:
     fixed = problem.fixed_processor()
     if (fixed < 0).any():
         raise ValueError("the relaxation needs every task bound to one processor")
+    if len(set(keep)) != len(keep) or not all(0 <= q < problem.num_processors for q in keep):
+        raise ValueError(f"keep: expected distinct processors of 0-{problem.num_processors - 1}, got {keep}")
     kept = np.isin(fixed, keep)
     n, others = problem.num_tasks, np.flatnonzero(~kept)
     proc = np.zeros(n, dtype=np.int64)

@@ -53,4 +53,7 @@ def test_a_delay_inside_a_rank_stays_unpaid(bench):
     assert timed.start.tolist() == [0, 2, 9]  # 0 -> 1 unpaid, 1 -> 2 paid
     with pytest.raises(ValueError, match="bound to one processor"):
         bench.relaxation(Problem(duration=[1, 1], num_processors=2), [0])
+    for keep in ([1, 1], [2], [-1]):
+        with pytest.raises(ValueError, match="distinct processors"):
+            bench.relaxation(problem, keep)
     assert np.array_equal(relaxed.duration, problem.duration)
