@@ -37,7 +37,7 @@ from layersched.describe.stages import pipeline_from_spec
 from layersched.schedule.bounds import pipeline_bounds
 from layersched.schedule.solve import complete_orders, task_graph
 from layersched.schedule.templates import template_orders
-from solvers import Problem
+from solvers import Problem, Schedule
 from solvers.lns import improve_coarse
 from solvers.simulate import time_orders
 from solvers.validate import violations
@@ -75,12 +75,6 @@ def relaxation(problem: Problem, keep: list[int]) -> tuple[Problem, np.ndarray]:
         capacity=capacity,
     )
     return relaxed, proc
-
-
-def kept_span(problem: Problem, schedule, proc: np.ndarray, count: int) -> int:
-    """The largest span of processors ``0 .. count-1`` under the assignment ``proc``."""
-    end = schedule.start + problem.duration
-    return max(int(end[proc == i].max() - schedule.start[proc == i].min()) for i in range(count))
 
 
 def _ints(text: str) -> list[int]:
@@ -131,31 +125,23 @@ def main() -> None:
                     raise SystemExit(f"--keep {given}: the p={p} row has ranks 0-{p - 1} (or -1 to -{p})")
                 keep = sorted({q % p for q in given})
                 relaxed, proc = relaxation(problem, keep)
-                start = time_orders(relaxed, _orders(relaxed, proc, torch.start))
+                start = time_orders(relaxed, Schedule(processor=proc, start=torch.start).orders(relaxed))
                 t0 = time.perf_counter()
                 found, _ = improve_coarse(relaxed, start, objective="span", time_limit=args.time_limit, bound=bound)
                 if violations(relaxed, found, limit=1):  # improve_coarse keeps valid schedules only
                     raise SystemExit(f"p={p}, ranks {keep}: the schedule found is not valid")
-                span = kept_span(relaxed, found, proc, len(keep))
+                span = int(found.spans(relaxed)[: len(keep)].max())  # the kept ranks are processors 0 .. len(keep)-1
                 table.add_row(
                     f"p={p}, m={MICROBATCHES[p]}",
                     ",".join(map(str, keep)),
                     f"{bound:,}",
                     f"{span:,}",
-                    f"{max(int(torch.spans(problem)[q]) for q in keep):,}",
+                    f"{int(torch.spans(problem)[keep].max()):,}",
                     f"{span / bound:.4f}",
                 )
                 console.print(f"p={p}, ranks {keep}: {span:,} against {bound:,} ({time.perf_counter() - t0:.0f} s)")
     console.print(table)
     console.print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
-
-
-def _orders(problem: Problem, proc: np.ndarray, start: np.ndarray) -> list[list[int]]:
-    """Per-processor orders of ``problem`` by ``start`` (ties by task index)."""
-    orders: list[list[int]] = [[] for _ in range(problem.num_processors)]
-    for t in np.lexsort((np.arange(len(start)), start)).tolist():
-        orders[int(proc[t])].append(t)
-    return orders
 
 
 if __name__ == "__main__":
