@@ -482,7 +482,7 @@ def decline_reason(problem: Problem, time_limit: float) -> str | None:
     build = build_seconds(problem)
     if build > BUILD_SHARE * time_limit:
         return (
-            f"building the CP-SAT model of {problem.num_tasks} tasks would take about {build:.0f} s, more than "
+            f"building the CP-SAT model of {problem.num_tasks} tasks would take about {build:.1f} s, more than "
             f"{BUILD_SHARE:.0%} of the {max(time_limit, 0):.1f} s limit"
         )
     return None

@@ -54,9 +54,10 @@ class Budget:
         rates = [_cpsat_rate() if s == "cpsat" else SECONDS_PER_TASK[s] for s in steps]
         return sum(rates) * self.num_tasks
 
-    def fits(self, *steps: str) -> bool:
-        """Whether ``steps`` are estimated to end before the deadline."""
-        return self.estimate(*steps) <= self.left()
+    def fits(self, *steps: str, seconds: float = 0.0) -> bool:
+        """Whether ``steps``, and ``seconds`` more estimated elsewhere, are estimated to end before the
+        deadline."""
+        return self.estimate(*steps) + seconds <= self.left()
 
 
 def pipeline_tasks(pipe, split_backward: bool = True) -> int:

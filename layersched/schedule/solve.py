@@ -469,10 +469,13 @@ def solve_best(
 
     ``time_limit`` holds for all of it: the candidates share one task graph per backward mode, and a
     step estimated (`Budget`) not to end in time is not started, except the first template, so that
-    there is always a schedule.
+    there is always a schedule. Templates with fixed patterns run before the greedy searches
+    (`Template.greedy`), whose time grows with ranks times passes, so a short limit still tries every
+    fixed pattern.
 
     ``info["candidates"]`` records each candidate's objective (or why it did not apply), ``info
     ["searched"]`` the modes searched with their bounds and CP-SAT statuses."""
+    from layersched.schedule.greedy import simulation_steps
     from layersched.schedule.templates import TemplateError, template_names
     from solvers import Deadlock, InvalidSchedule
 
@@ -485,8 +488,13 @@ def solve_best(
     stopped = False  # Ctrl-C outside CP-SAT: keep what was found, search no further
     try:
         names = templates if templates is not None else template_names()
-        if fused_is_dominated(pipe):  # split-backward templates first: their graph covers the fused one
-            names = sorted(names, key=lambda name: not get_template(name).split_backward)
+        # fixed patterns before greedy searches (a greedy one can take seconds where a pattern takes
+        # milliseconds); with fused backward dominated, split-backward templates first: their graph
+        # covers the fused one
+        dominated = fused_is_dominated(pipe)
+        names = sorted(
+            names, key=lambda name: (dominated and not get_template(name).split_backward, get_template(name).greedy)
+        )
         for name in names:
             # the limit holds: a template that would not end in time is not started (one always is)
             tpl = get_template(name)
@@ -498,7 +506,7 @@ def solve_best(
             steps = ["greedy" if tpl.greedy else "template"]
             if (tpl.split_backward, tuple(pipe.stage_to_rank())) not in graphs:
                 steps.append("graph")  # about: a template of another placement builds its own
-            if found and not budget.fits(*steps):
+            if found and not budget.fits(*steps, seconds=tpl.seconds_per_step * simulation_steps(pipe)):
                 tried[name] = "not tried: the time limit was reached"
                 continue
             try:

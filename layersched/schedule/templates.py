@@ -45,6 +45,11 @@ class Template:
     min_stages_per_rank: int = 1
     max_stages_per_rank: int | None = 1
     greedy: bool = False  # built by a simulated greedy search (several times slower than a fixed pattern)
+    seconds_per_step: float = 0.0
+    """For a template that simulates every rank for every pass: its seconds per pass and rank
+    (`layersched.schedule.greedy.simulation_steps`), the slowest measured on the project's 2-core
+    machine, so that ``best`` can tell whether it ends in time; 0 where its time goes with the passes
+    alone (`layersched.schedule.budget.SECONDS_PER_TASK` covers it)."""
 
 
 TEMPLATES: dict[str, Template] = {}
@@ -60,12 +65,13 @@ def template(
     placement: str = "loop",
     stages_per_rank: tuple[int, int | None] = (1, 1),
     greedy: bool = False,
+    seconds_per_step: float = 0.0,
 ):
     """Register a template builder ``f(pipe) -> per-rank action lists`` under ``name``."""
 
     def deco(fn: Callable[[Pipeline], list[list[str]]]):
         doc = (fn.__doc__ or "").strip().splitlines()[0]
-        TEMPLATES[name] = Template(name, fn, split_backward, placement, doc, *stages_per_rank, greedy)
+        TEMPLATES[name] = Template(name, fn, split_backward, placement, doc, *stages_per_rank, greedy, seconds_per_step)
         return fn
 
     return deco
@@ -300,7 +306,8 @@ def _rounds_orders(pipe: Pipeline, g: int) -> list[list[str]]:
     return out
 
 
-@template("interleaved-zb-mem", split_backward=True, stages_per_rank=(2, None), greedy=True)
+# seconds per step: 1.1e-5 to 1.9e-5 measured (p=12 to 24, 2 or 3 stages per rank), rounded up
+@template("interleaved-zb-mem", split_backward=True, stages_per_rank=(2, None), greedy=True, seconds_per_step=2.5e-5)
 def interleaved_zb_mem(pipe: Pipeline) -> list[list[str]]:
     """Interleaved zero bubble with rounds sized to the memory limit: torch's order, any round size.
 
@@ -319,7 +326,7 @@ def interleaved_zb_mem(pipe: Pipeline) -> list[list[str]]:
     ``interleaved-zb`` where that fits the limit (a property test checks it); under less memory, or
     where ``m`` is not a multiple of the rounds, it is often far faster than anything else that fits.
     """
-    from layersched.schedule.greedy import MAX_WORK, follow, peaks, replay
+    from layersched.schedule.greedy import MAX_WORK, follow, peaks, replay, simulation_steps
 
     p, m = pipe.num_ranks, pipe.num_microbatches
     cap = _capacity("interleaved-zb-mem", pipe, pipe.least_memory())
@@ -355,7 +362,7 @@ def interleaved_zb_mem(pipe: Pipeline) -> list[list[str]]:
     rounds = max(1, m // p)  # torch's order, where it applies and fits
     if m % rounds == 0 and m // rounds < lo and m // rounds not in timed and fits(m // rounds):
         fixed(m // rounds)
-    if 3 * pipe.num_stages * m * p <= MAX_WORK:  # as chunk-greedy's simulation: every rank for every pass
+    if simulation_steps(pipe) <= MAX_WORK:  # as chunk-greedy's simulation: every rank for every pass
         for g in range(1, min(m, p) + 1):
             forwards, backwards, warm = _rounds(pipe, g)
             run = follow(pipe, forwards, backwards, warm, list(range(p)), cap)
@@ -745,7 +752,15 @@ def zb_greedy(pipe: Pipeline) -> list[list[str]]:
     return min((tl for tl in runs if max(tl.peak) <= cap), key=lambda tl: tl.span).orders
 
 
-@template("chunk-greedy", split_backward=True, placement="any", stages_per_rank=(2, None), greedy=True)
+# seconds per step: 5.8e-5 to 1.0e-4 measured (p=12 to 64, 2 or 3 stages per rank), rounded up
+@template(
+    "chunk-greedy",
+    split_backward=True,
+    placement="any",
+    stages_per_rank=(2, None),
+    greedy=True,
+    seconds_per_step=1.2e-4,
+)
 def chunk_greedy_template(pipe: Pipeline) -> list[list[str]]:
     """Memory-bounded greedy for any placement and stages per rank: I first, forwards while memory allows.
 
@@ -754,9 +769,9 @@ def chunk_greedy_template(pipe: Pipeline) -> list[list[str]]:
     ``W``; four priority variants, the fastest kept. It follows the problem's placement (loop when the
     problem gives none), so it is the one template for placements the others do not cover.
     """
-    from layersched.schedule.greedy import MAX_WORK, chunk_greedy
+    from layersched.schedule.greedy import MAX_WORK, chunk_greedy, simulation_steps
 
-    work = 3 * pipe.num_stages * pipe.num_microbatches * pipe.num_ranks
+    work = simulation_steps(pipe)
     if work > MAX_WORK:
         raise TemplateError(
             f"schedule 'chunk-greedy' simulates every pass on every rank: {work:,} steps here, at most {MAX_WORK:,} "
