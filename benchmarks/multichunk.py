@@ -16,7 +16,13 @@ peer's order fits there); and the V row at p=16 and p=8 under V-Half's memory, Z
 ``(p+2)//2`` micro-batches (``p+2`` stage activations; no torch order fits there, our ``v-half`` and
 ``v-min`` templates are listed beside).
 
-Usage: python benchmarks/multichunk.py [--runs 3] [--time-limit 60]   (about 20 minutes on 2 cores)
+``--rows more`` runs rows of the same two kinds that the development above never tuned on: the
+interleaved row at p=12 (m=2p and m=3p) and with two stages per rank (p=8, m=16); the V row at p=8
+(m=24) and p=24 (m=48); and the V row at p=12, m=36 over links 2.5 times slower (transfer 4025,
+where the proven gap is widest).
+
+Usage: python benchmarks/multichunk.py [--runs 3] [--time-limit 60] [--rows issue|more]
+(the issue's rows: about 20 minutes on 2 cores at the defaults)
 """
 
 from __future__ import annotations
@@ -43,19 +49,46 @@ ROOT = Path(__file__).resolve().parents[1]
 PUBLISHED = {"zb-v-6.2b": ("ZB authors' V generator", 0.0697)}
 
 
-def recut(tmp: Path, base: str, ranks: int, microbatches: int, activations: int | None = None) -> Path:
-    """The bundled row ``base`` re-cut to ``ranks`` ranks and ``microbatches`` (the same stages per rank
-    and per-chunk costs), under 1F1B's memory as the row has it: ``ranks`` activations of each stage on
-    a rank; or under ``activations`` stage activations per rank."""
+def recut(
+    tmp: Path,
+    base: str,
+    ranks: int,
+    microbatches: int,
+    activations: int | None = None,
+    *,
+    stages_per_rank: int | None = None,
+    transfer: int | None = None,
+) -> Path:
+    """The bundled row ``base`` re-cut to ``ranks`` ranks and ``microbatches`` (the same per-chunk
+    costs; the same stages per rank unless ``stages_per_rank`` is given, the same transfer time unless
+    ``transfer`` is), under 1F1B's memory as the row has it: ``ranks`` activations of each stage on a
+    rank; or under ``activations`` stage activations per rank."""
     doc = yaml.safe_load((ROOT / "problems" / f"{base}.yaml").read_text())
     p = doc["pipeline"]
-    v = p["stages_per_rank"]
+    v = stages_per_rank or p["stages_per_rank"]
     held = v * ranks if activations is None else activations
     doc["name"] = f"{base}-p{ranks}-m{microbatches}" + ("" if activations is None else f"-a{activations}")
-    p.update(stages=v * ranks, microbatches=microbatches, memory_limit=held * p["memory_forward"])
+    if stages_per_rank is not None:
+        doc["name"] += f"-v{v}"
+    if transfer is not None:
+        doc["name"] += f"-c{transfer}"
+        p["transfer"] = transfer
+    p.update(stages=v * ranks, stages_per_rank=v, microbatches=microbatches, memory_limit=held * p["memory_forward"])
     path = tmp / f"{doc['name']}.yaml"
     path.write_text(yaml.safe_dump(doc))
     return path
+
+
+def more_rows(tmp: Path) -> list[Path]:
+    """Rows of the same kinds that no search was tuned on (``--rows more``)."""
+    return [
+        recut(tmp, "zb-interleaved-1.5b", 12, 24),
+        recut(tmp, "zb-interleaved-1.5b", 12, 36),
+        recut(tmp, "zb-interleaved-1.5b", 8, 16, stages_per_rank=2),
+        recut(tmp, "zb-v-6.2b", 8, 24),
+        recut(tmp, "zb-v-6.2b", 24, 48),
+        recut(tmp, "zb-v-6.2b", 12, 36, transfer=4025),
+    ]
 
 
 def rows(tmp: Path) -> list[Path]:
@@ -129,6 +162,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--time-limit", type=float, default=60.0)
+    ap.add_argument(
+        "--rows",
+        choices=("issue", "more"),
+        default="issue",
+        help="issue: the rows the optimizer issue names and their re-cuts; more: rows of the same kinds never tuned on",
+    )
     args = ap.parse_args()
     console = Console(width=140)
     peer_table = Table(title="peers at the same memory limit (timed on our graph, validated)")
@@ -138,7 +177,7 @@ def main() -> None:
     for col in ("row", "bubble", "proven gap %", "wall s", "peak MB"):
         best_table.add_column(col)
     with tempfile.TemporaryDirectory() as tmp:
-        for path in rows(Path(tmp)):
+        for path in (rows if args.rows == "issue" else more_rows)(Path(tmp)):
             name = path.stem
             listed = peers(path)
             if name in PUBLISHED:
