@@ -82,7 +82,7 @@ def _parser() -> argparse.ArgumentParser:
         "--cuts",
         choices=["layer", "sublayer", "best"],
         help="where a model-level problem is cut into stages: between whole layers, also inside them "
-        "(sub-layers), or best: both partitions scheduled and the faster kept (default: the problem's "
+        "(sub-layers), or best: both partitions scheduled, sharing --time-limit, and the faster kept (default: the problem's "
         "training.cuts, else best)",
     )
     add_time_limit(s, 30.0, "solver time limit")
@@ -219,8 +219,6 @@ def cmd_solve(args, console: Console) -> int:
     options = {}
     if solver is not None:
         options["time_limit"] = _solver_time(args.time_limit, pipe, solver)
-        if cuts == "best":  # two partitions share the limit
-            options["time_limit"] /= 2
     if solver in ("cpsat", "lns", "best"):
         if not args.quiet:
             unit = pipe.time_unit
@@ -238,10 +236,21 @@ def cmd_solve(args, console: Console) -> int:
     if cuts == "best":
         from layersched.schedule.cuts import choose_cuts
 
-        def evaluate(p):
-            return solve_pipeline(p, schedule=args.schedule, solver=solver, objective=args.objective, **options)
+        share = dict(options)  # each partition's: the partitions share the limit
+        deadline = time.perf_counter() + options.get("time_limit", 0.0)
 
-        sol, tried = choose_cuts(spec, args.problem, evaluate, cuts=cuts, adjust=adjust, climb=solver is None)
+        def evaluate(p):
+            return solve_pipeline(p, schedule=args.schedule, solver=solver, objective=args.objective, **share)
+
+        def starting(label: str, k: int, n: int) -> None:
+            if "time_limit" in options:  # an equal part of what is left (one that ends early leaves more)
+                share["time_limit"] = max(deadline - time.perf_counter(), 0.0) / (n - k)
+            if "progress" in options:  # the progress lines below it are this partition's
+                console.print(f"  cuts: {label}")
+
+        sol, tried = choose_cuts(
+            spec, args.problem, evaluate, cuts=cuts, adjust=adjust, climb=solver is None, starting=starting
+        )
         pipe = sol.pipe
         if not args.quiet:
             base = next((c.value for c in tried if c.granularity == "layer" and c.value is not None), None)
@@ -249,7 +258,8 @@ def cmd_solve(args, console: Console) -> int:
                 value = fmt_time(c.value, pipe.time_unit) if c.value is not None else f"none ({c.why})"
                 gain = ""
                 if base and c.value is not None and c.granularity != "layer":
-                    gain = f" ({(base - c.value) / base:.1%} less than whole layers)"
+                    change = (c.value - base) / base
+                    gain = f" ({abs(change):.1%} {'more' if change > 0 else 'less'} than whole layers)"
                 chosen = " <- chosen" if c.solution is sol else ""
                 console.print(f"cuts: {c.label}: {value}{gain}{chosen}")
     else:

@@ -61,52 +61,86 @@ def choose_cuts(
     budget: float = 10.0,
     climb: bool = True,
     progress: Callable[[str], None] | None = None,
+    starting: Callable[[str, int, int], None] | None = None,
 ) -> tuple[Solution, list[Candidate]]:
     """The best schedule over the partitions ``cuts`` allows (``layer``, ``sublayer`` or ``best``: both,
-    plus the rebalanced sub-layer partition), and every candidate tried. ``adjust`` changes each
-    pipeline before it is scheduled (say, another micro-batch count); ``budget`` seconds bound the
-    hill climb, which runs only with ``climb`` (meant for a template: each step schedules again)."""
+    plus the memory-aware sub-layer partition where it differs, then the hill climb), and every
+    candidate tried. ``adjust`` changes each pipeline before it is scheduled (say, another
+    micro-batch count); ``budget`` seconds bound the hill climb, which runs only with ``climb`` (meant
+    for a template: each step schedules again). ``progress`` hears each partition's label and result
+    once it is scheduled; ``starting(label, k, n)`` hears before the ``k``-th (from 0) of the ``n``
+    distinct partitions is scheduled, so that a caller can share a time limit among them and tell a
+    solver's own progress lines apart by partition."""
     if cuts not in CUTS:
         raise SpecError(f"--cuts: expected one of {', '.join(CUTS)}, got {cuts!r}")
     tried: list[Candidate] = []
     unit_names: dict[str, dict[str, int]] = {}  # per granularity, each unit's index (built once)
     stopped = [False]  # Ctrl-C inside a search: keep what there is, try nothing more
 
-    def run(
-        label: str, granularity: str, parts: list[list[int]] | None, record: bool = True, all_in_flight: bool = False
-    ) -> Candidate:
-        if stopped[0]:
-            return Candidate(label, granularity, parts or [], None, None, "not tried: interrupted")
+    def build(label: str, granularity: str, parts: list[list[int]] | None, all_in_flight: bool = False):
+        """(pipeline, its units per stage), or the candidate that says why there is none."""
         try:
             pipe = pipeline_from_spec(spec, source, granularity=granularity, parts=parts, all_in_flight=all_in_flight)
             pipe = adjust(pipe)
+            return pipe, [list(p) for p in _units(pipe, spec, granularity, unit_names)]
+        except SpecError as exc:
+            return Candidate(label, granularity, parts or [], None, None, str(exc).splitlines()[0])
+
+    def schedule(label: str, granularity: str, pipe: Pipeline, units: list[list[int]], record: bool = True):
+        if stopped[0]:
+            return Candidate(label, granularity, units, None, None, "not tried: interrupted")
+        try:
             sol = evaluate(pipe)
-            units = [list(p) for p in _units(pipe, spec, granularity, unit_names)]
             cand = Candidate(label, granularity, units, sol.metrics["value"], sol)
         except (SpecError, NoScheduleError, InvalidSchedule, Deadlock, TemplateError) as exc:
-            cand = Candidate(label, granularity, parts or [], None, None, str(exc).splitlines()[0])
+            cand = Candidate(label, granularity, units, None, None, str(exc).splitlines()[0])
         if cand.solution is not None and cand.solution.info.get("interrupted"):
             stopped[0] = True
         if record:
             tried.append(cand)
-        if progress and record:
-            progress(f"{label}: {cand.value if cand.value is not None else cand.why}")
+            if progress:
+                progress(f"{label}: {cand.value if cand.value is not None else cand.why}")
         return cand
 
+    def run(label: str, granularity: str, parts: list[list[int]] | None, record: bool = True) -> Candidate:
+        built = build(label, granularity, parts)
+        if isinstance(built, Candidate):
+            if record:
+                tried.append(built)
+            return built
+        return schedule(label, granularity, *built, record=record)
+
+    plan = []  # (label, granularity, all in flight)
     if cuts in ("layer", "best"):
-        run("whole layers", "layer", None)
+        plan.append(("whole layers", "layer", False))
     if cuts in ("sublayer", "best"):
-        start = run("sub-layers", "sublayer", None)
-        if cuts == "best":
-            spread = run("sub-layers, memory-aware", "sublayer", None, all_in_flight=True)
-            if spread in tried and spread.parts == start.parts:  # the same partition: one row says it
-                tried.remove(spread)
-        if cuts == "best" and climb and start.solution is not None:
-            climbed = _climb(start, run, budget)
-            if climbed is not start:
-                tried.append(climbed)
-                if progress:
-                    progress(f"{climbed.label}: {climbed.value}")
+        plan.append(("sub-layers", "sublayer", False))
+    if cuts == "best":
+        plan.append(("sub-layers, memory-aware", "sublayer", True))
+    entries: list = []  # in plan order: a candidate that could not be built, or one to schedule
+    for label, granularity, spread in plan:
+        built = build(label, granularity, None, all_in_flight=spread)
+        if isinstance(built, Candidate):
+            entries.append(built)
+        elif not any(isinstance(e, tuple) and e[1] == granularity and e[3] == built[1] for e in entries):
+            entries.append((label, granularity, *built))  # a partition met before is scheduled once
+    n = sum(isinstance(e, tuple) for e in entries)
+    k = 0
+    for entry in entries:
+        if isinstance(entry, Candidate):
+            tried.append(entry)
+            continue
+        if starting and not stopped[0]:
+            starting(entry[0], k, n)
+        schedule(*entry)
+        k += 1
+    start = next((c for c in tried if c.label == "sub-layers"), None)
+    if cuts == "best" and climb and start is not None and start.solution is not None:
+        climbed = _climb(start, run, budget)
+        if climbed is not start:
+            tried.append(climbed)
+            if progress:
+                progress(f"{climbed.label}: {climbed.value}")
     found = [c for c in tried if c.solution is not None]
     if not found:
         raise NoScheduleError(f"no partition could be scheduled: {'; '.join(f'{c.label}: {c.why}' for c in tried)}")

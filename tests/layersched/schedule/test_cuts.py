@@ -83,3 +83,45 @@ def test_an_interrupted_search_ends_the_comparison():
 
     sol, tried = choose_cuts(load_problem(path), str(path), evaluate)
     assert len(calls) == 1 and sol.info["interrupted"] and tried[0].granularity == "layer"
+
+
+def test_a_partition_met_twice_is_scheduled_once_and_each_hears_its_place():
+    """resnet50's memory-aware sub-layer partition is its sub-layer one: scheduled once, one row, and
+    ``starting`` hears each distinct partition with its place among them (the CLI shares its time
+    limit that way)."""
+    path = PROBLEMS / "resnet50-v100.yaml"
+    calls, heard = [], []
+
+    def evaluate(p):
+        calls.append(p)
+        return solve_pipeline(p, schedule="1f1b")
+
+    sol, tried = choose_cuts(load_problem(path), str(path), evaluate, climb=False, starting=lambda *a: heard.append(a))
+    assert [c.label for c in tried] == ["whole layers", "sub-layers"]
+    assert len(calls) == 2 and heard == [("whole layers", 0, 2), ("sub-layers", 1, 2)]
+
+
+def test_solve_shares_its_time_limit_among_the_partitions(tmp_path, monkeypatch):
+    """``solve --solver best --time-limit 2`` on a model-level problem: each partition's search is
+    given at most its share of what is left, so the last one ends by the 2 s deadline (before, each of
+    three got half of it: 3 s in all)."""
+    import time
+
+    import layersched.schedule.solve as solve
+
+    real, given = solve.solve_pipeline, []
+
+    def recorded(pipe, **kw):
+        if kw.get("solver") == "best":  # the CLI's call per partition (best's templates call it too)
+            given.append((time.perf_counter(), kw["time_limit"]))
+        return real(pipe, **kw)
+
+    monkeypatch.setattr(solve, "solve_pipeline", recorded)
+    path = PROBLEMS / "bert-large-v100.yaml"
+    t0 = time.perf_counter()
+    assert main(["solve", str(path), "--solver", "best", "--time-limit", "2", "--out", str(tmp_path / "s.json")]) == 0
+    assert len(given) == 2  # whole layers and sub-layers (its memory-aware partition is the same)
+    assert given[0][1] <= 1.0  # half, the other half for the second
+    # the limit counts from when the problem has been read, just before the first partition
+    assert all(at + limit <= given[0][0] + 2.0 for at, limit in given)
+    assert time.perf_counter() - t0 < 2.0 + 2  # the allowance for reading and writing (budget.SETUP_SECONDS)
