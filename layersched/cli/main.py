@@ -82,8 +82,8 @@ def _parser() -> argparse.ArgumentParser:
         "--cuts",
         choices=["layer", "sublayer", "best"],
         help="where a model-level problem is cut into stages: between whole layers, also inside them "
-        "(sub-layers), or best: both partitions scheduled, sharing --time-limit, and the faster kept (default: the problem's "
-        "training.cuts, else best)",
+        "(sub-layers), or best: both partitions scheduled, sharing --time-limit, and the faster kept "
+        "(default: the problem's training.cuts, else best)",
     )
     add_time_limit(s, 30.0, "solver time limit")
     s.add_argument("--out", default="schedule.json", help="where to write the schedule (default: schedule.json)")
