@@ -18,8 +18,7 @@ peer's order fits there); and the V row at p=16 and p=8 under V-Half's memory, Z
 
 ``--rows more`` runs rows of the same two kinds that the development above never tuned on: the
 interleaved row at p=12 (m=2p and m=3p) and with two stages per rank (p=8, m=16); the V row at p=8
-(m=24) and p=24 (m=48); and the V row at p=12, m=36 over links 2.5 times slower (transfer 4025,
-where the proven gap is widest).
+(m=24) and p=24 (m=48); and the V row at p=12, m=36 over links 2.5 times slower (transfer 4025).
 
 Usage: python benchmarks/multichunk.py [--runs 3] [--time-limit 60] [--rows issue|more]
 (the issue's rows: about 20 minutes on 2 cores at the defaults)
@@ -41,6 +40,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from layersched.cli.options import positive_float, positive_int
 from layersched.describe.config import load_problem
 from layersched.describe.stages import pipeline_from_spec
 from layersched.schedule.solve import solve_orders, solve_pipeline
@@ -160,8 +160,10 @@ def spread(xs: list[float], fmt: str) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--time-limit", type=float, default=60.0)
+    ap.add_argument("--runs", type=positive_int, default=3, help="solve runs per row (default 3)")
+    ap.add_argument(
+        "--time-limit", type=positive_float, default=60.0, help="best's --time-limit in seconds (default 60)"
+    )
     ap.add_argument(
         "--rows",
         choices=("issue", "more"),

@@ -57,3 +57,26 @@ def test_a_delay_inside_a_rank_stays_unpaid(bench):
         with pytest.raises(ValueError, match="distinct processors"):
             bench.relaxation(problem, keep)
     assert np.array_equal(relaxed.duration, problem.duration)
+
+
+def test_the_more_rows_are_the_bundled_rows_re_cut_as_named(bench, tmp_path):
+    """multichunk.py's ``--rows more``: each row loads, and differs from its bundled row only in what its
+    name says (ranks, micro-batches, stages per rank, transfer), under 1F1B's memory."""
+    multichunk = bench.recut.__globals__  # the module rank_relaxation imported it from
+    paths = multichunk["more_rows"](tmp_path)
+    base = {
+        name: pipeline_from_spec(load_problem(ROOT / "problems" / f"{name}.yaml"))
+        for name in ("zb-interleaved-1.5b", "zb-v-6.2b")
+    }
+    assert len({p.stem for p in paths}) == len(paths) == 6
+    for path in paths:
+        pipe = pipeline_from_spec(load_problem(path))
+        name = path.stem
+        row = base["zb-v-6.2b" if name.startswith("zb-v-6.2b") else "zb-interleaved-1.5b"]
+        v = 2 if "-v2" in name else row.stages_per_rank
+        assert name.split("-p")[1].startswith(f"{pipe.num_ranks}-m{pipe.num_microbatches}")
+        assert pipe.stages_per_rank == v and pipe.placement == row.placement
+        assert (pipe.forward == row.forward[0]).all() and (pipe.backward_input == row.backward_input[0]).all()
+        transfer = 4025 if name.endswith("-c4025") else row.transfer[0]
+        assert (pipe.transfer == transfer).all()
+        assert pipe.capacity == v * pipe.num_ranks * row.mem_forward[0]
