@@ -62,8 +62,9 @@ def test_a_delay_inside_a_rank_stays_unpaid(bench):
 def test_the_more_rows_are_the_bundled_rows_re_cut_as_named(bench, tmp_path):
     """multichunk.py's ``--rows more``: each row loads, and differs from its bundled row only in what its
     name says (ranks, micro-batches, stages per rank, transfer), under 1F1B's memory."""
-    multichunk = bench.recut.__globals__  # the module rank_relaxation imported it from
-    paths = multichunk["more_rows"](tmp_path)
+    import multichunk  # beside rank_relaxation, on the path while ``bench`` lives
+
+    paths = multichunk.more_rows(tmp_path)
     base = {
         name: pipeline_from_spec(load_problem(ROOT / "problems" / f"{name}.yaml"))
         for name in ("zb-interleaved-1.5b", "zb-v-6.2b")
