@@ -102,13 +102,10 @@ def choose_cuts(
                 progress(f"{label}: {cand.value if cand.value is not None else cand.why}")
         return cand
 
-    def run(label: str, granularity: str, parts: list[list[int]] | None, record: bool = True) -> Candidate:
+    def run(label: str, granularity: str, parts: list[list[int]]) -> Candidate:
+        """One step of the hill climb: built and scheduled, not recorded."""
         built = build(label, granularity, parts)
-        if isinstance(built, Candidate):
-            if record:
-                tried.append(built)
-            return built
-        return schedule(label, granularity, *built, record=record)
+        return built if isinstance(built, Candidate) else schedule(label, granularity, *built, record=False)
 
     plan = []  # (label, granularity, all in flight)
     if cuts in ("layer", "best"):
@@ -178,7 +175,7 @@ def _climb(start: Candidate, run, budget: float) -> Candidate:
                 hi = trial[k + 1] if k + 1 < len(trial) else n
                 if not lo < trial[k] < hi or time.perf_counter() - t0 >= budget:
                     continue
-                cand = run("sub-layers, rebalanced", "sublayer", _parts_from_cuts(trial, n), record=False)
+                cand = run("sub-layers, rebalanced", "sublayer", _parts_from_cuts(trial, n))
                 if cand.value is not None and cand.value < best.value:
                     best, cuts, improved = cand, trial, True
     return best
