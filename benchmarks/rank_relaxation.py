@@ -32,6 +32,7 @@ from multichunk import recut
 from rich.console import Console
 from rich.table import Table
 
+from layersched.cli.options import positive_float
 from layersched.describe.config import load_problem
 from layersched.describe.stages import pipeline_from_spec
 from layersched.schedule.bounds import pipeline_bounds
@@ -85,13 +86,6 @@ def _ints(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"expected integers separated by commas, got {text!r}") from None
 
 
-def _seconds(text: str) -> float:
-    value = float(text)
-    if not value > 0:  # also NaN
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text}")
-    return value
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=_ints, default=[4, 6, 8], help="interleaved rows by rank count, of 4, 6, 8, 16")
@@ -101,7 +95,7 @@ def main() -> None:
         action="append",
         help="ranks kept together, e.g. 0,-1 (-1: the last); repeat for more sets (default: 0, the slowest)",
     )
-    ap.add_argument("--time-limit", type=_seconds, default=120.0, help="seconds of search per set of ranks")
+    ap.add_argument("--time-limit", type=positive_float, default=120.0, help="seconds of search per set of ranks")
     args = ap.parse_args()
     console = Console()
     sets = args.keep or [[0]]
