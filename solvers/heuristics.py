@@ -12,16 +12,20 @@
 - `fcp` (Radulescu and van Gemund, 1999): bottom-level priority among at most P ready tasks, each
   appended to the processor that comes idle first or to the one its last message comes from.
   O(V (P + log P) + E).
-- `best`: `list_schedule`, `heft`, `cpop`, `peft` and `fcp` in turn within the time limit, then HEFT
-  again with the transfers of its upward rank weighted 0 and 2 (`RANK_WEIGHTS`, candidates
-  ``heft-t0`` and ``heft-t2``); the schedule of least objective is returned, and
-  ``info["candidates"]`` lists what each gave.
+- `best`: `list_schedule`, `heft`, `cpop`, `peft` and `fcp` in turn within the time limit, then FCP
+  and HEFT again with the transfers of their priority weighted 0 and 2 (`RANK_WEIGHTS`, candidates
+  ``fcp-t0``, ``fcp-t2``, ``heft-t0`` and ``heft-t2``), and HEFT with the link cost averaged over
+  pairs that include a processor with itself (`pair_weight`, ``heft-pairs``); the schedule of
+  least objective is returned, and ``info["candidates"]`` lists what each gave (`candidates`).
 
-  Why the rank variants: HEFT's schedule depends on how its rank weighs transfers before anything
-  is placed (Zhao and Sakellariou, 2003, compared mean, best- and worst-case weights and found no
-  weight best everywhere). Each variant costs one more HEFT run; on the layered 5,000-task,
-  32-processor instances of `benchmarks/solvers_bench.py`, weight 0 gives 1791 / 1765 / 1777
-  where weight 1 gives 1813 / 1779 / 1798 (seeds 0-2).
+  Why the variants: HEFT's schedule depends on how its rank weighs transfers before anything is
+  placed (Zhao and Sakellariou, 2003, compared mean, best- and worst-case weights and found no
+  weight best everywhere), and FCP's on how its bottom level does. Each HEFT variant costs one more
+  HEFT run, each FCP variant one more FCP run (a fraction of HEFT's); on the layered 5,000-task,
+  32-processor instances of `benchmarks/solvers_bench.py`, HEFT with weight 0 gives 1791 / 1765 /
+  1777 where weight 1 gives 1813 / 1779 / 1798 (seeds 0-2). On its layered 100-task instances on
+  32 processors, FCP with weights 0 and 2 moved `best`'s median over 10 seeds from 209 to 206,
+  where saga's FCP gives 208.
 
 Like `heft`, `cpop` and `peft` insert into idle gaps only without memory limits and fixed orders:
 with them, they keep list scheduling's placement (memory is the running sum of each processor's
@@ -36,7 +40,7 @@ Example
 [10, 10]
 >>> r = best(p)
 >>> r.objective, sorted(r.info["candidates"])
-(10, ['cpop', 'fcp', 'heft', 'heft-t0', 'heft-t2', 'list', 'peft'])
+(10, ['cpop', 'fcp', 'fcp-t0', 'fcp-t2', 'heft', 'heft-pairs', 'heft-t0', 'heft-t2', 'list', 'peft'])
 """
 
 from __future__ import annotations
@@ -204,11 +208,14 @@ def peft(problem: Problem, /, *, objective: str = "makespan", time_limit: float 
     return _run(problem, "peft", objective, keys, choice, time_limit)
 
 
-def fcp(problem: Problem, /, *, objective: str = "makespan", time_limit: float | None = None) -> Result:
+def fcp(
+    problem: Problem, /, *, objective: str = "makespan", time_limit: float | None = None, transfer_weight: float = 1.0
+) -> Result:
     """Fast Critical Path (Radulescu and van Gemund, 1999): priority is the bottom level with every
-    delay counted in full; at most P ready tasks compete by priority, later ones wait in arrival
-    order (FIFO) for a place among them; each task is appended to one of two processors, the one
-    that comes idle first or the one its last message comes from, whichever lets it start first.
+    delay counted in full (times ``transfer_weight``: `best`'s variants); at most P ready tasks
+    compete by priority, later ones wait in arrival order (FIFO) for a place among them; each task
+    is appended to one of two processors, the one that comes idle first or the one its last message
+    comes from, whichever lets it start first.
     O(V (P + log P) + E) here (allowed sets are scanned; the paper's O(V log P + E) keeps the
     processors in a heap). Under memory limits: list placement with this priority. On heterogeneous
     processors the first candidate is the one where the task would end first once it is idle, and
@@ -218,11 +225,13 @@ def fcp(problem: Problem, /, *, objective: str = "makespan", time_limit: float |
     >>> fcp(Problem(duration=[3, 1, 1], num_processors=2)).objective
     3
     """
+    if not transfer_weight >= 0:  # also NaN
+        raise ValueError(f"transfer_weight: expected a number >= 0, got {transfer_weight}")
     allowed = effective_allowed(problem)
 
     def keys() -> np.ndarray:
         dur = mean_durations(problem, allowed)  # in 1/64 time steps, like the delays
-        delay = np.rint(problem.delay * _mean_link(problem) * 64).astype(np.int64)
+        delay = np.rint(problem.delay * (_mean_link(problem) * transfer_weight * 64)).astype(np.int64)
         return longest_to_sinks(problem.topological_order(), problem.num_tasks, problem.edges, dur, delay) + dur
 
     if infeasible_reason(problem, allowed) or has_memory_limits(problem):
@@ -310,14 +319,25 @@ def _fcp_place(problem: Problem, allowed: np.ndarray, keys: np.ndarray, deadline
 
 
 RANK_WEIGHTS = (0.0, 2.0)
-"""The transfer weights of the upward rank (`solvers.listsched.upward_rank`) that `best` runs HEFT
-with, after HEFT's own weight 1: candidates ``heft-t0`` and ``heft-t2``."""
+"""The transfer weights of the priority that `best` runs HEFT and FCP with, after their own weight
+1: candidates ``heft-t0``, ``heft-t2``, ``fcp-t0`` and ``fcp-t2``."""
 
 
-def heft_ranked(weight: float):
+def pair_weight(processors: int) -> float:
+    """HEFT's rank with the link cost averaged over every pair of processors, a processor with
+    itself counted once as a link that costs nothing: ``(P-1)/(P+1)`` of the mean between two
+    different ones. saga's HEFT ranks so (its network lists each processor's link to itself), and
+    `best` runs it as ``heft-pairs`` (P > 1 only). On the 100-task classes of
+    `benchmarks/solvers_bench.py` it moved the median over 10 seeds from saga's HEFT's worse
+    to at most it (layered, 4 heterogeneous processors: 476.5 to 471, saga 475.5)."""
+    return (processors - 1) / (processors + 1)
+
+
+def heft_ranked(weight: float, name: str | None = None):
     """``(name, run)``: ``run`` is `heft` whose upward rank weighs transfers by ``weight``, and its
-    result and ``name`` say ``heft-t<weight>`` (used by `best` and `solvers.polish.ils`)."""
-    name = f"heft-t{weight:g}"
+    result and ``name`` say ``heft-t<weight>`` unless ``name`` is given (used by `best` and
+    `solvers.polish.ils`)."""
+    name = name or f"heft-t{weight:g}"
 
     def run(problem: Problem, /, *, objective: str = "makespan", time_limit: float | None = None) -> Result:
         allowed = effective_allowed(problem)
@@ -330,9 +350,31 @@ def heft_ranked(weight: float):
     return name, run
 
 
+def fcp_ranked(weight: float):
+    """``(name, run)``: `fcp` with the transfers of its priority weighted by ``weight``, named
+    ``fcp-t<weight>``."""
+    name = f"fcp-t{weight:g}"
+
+    def run(problem: Problem, /, *, objective: str = "makespan", time_limit: float | None = None) -> Result:
+        result = fcp(problem, objective=objective, time_limit=time_limit, transfer_weight=weight)
+        return dataclasses.replace(result, solver=name)
+
+    return name, run
+
+
+def candidates(problem: Problem) -> list[tuple[str, object]]:
+    """`best`'s heuristics, ``(name, run)``, in the order it runs them: the cheap ones and HEFT first,
+    then FCP's and HEFT's variants (see the module text)."""
+    runs = [("list", list_schedule), ("heft", heft), ("cpop", cpop), ("peft", peft), ("fcp", fcp)]
+    runs += [fcp_ranked(w) for w in RANK_WEIGHTS] + [heft_ranked(w) for w in RANK_WEIGHTS]
+    if problem.num_processors > 1:
+        runs.append(heft_ranked(pair_weight(problem.num_processors), "heft-pairs"))
+    return runs
+
+
 def best(problem: Problem, /, *, objective: str = "makespan", time_limit: float | None = None) -> Result:
-    """Every list heuristic (`list_schedule`, `heft`, `cpop`, `peft`, `fcp`, then `heft` with the
-    other `RANK_WEIGHTS`, in that order) and the best schedule they give; the bound is the best of
+    """Every list heuristic (`list_schedule`, `heft`, `cpop`, `peft`, `fcp`, then `fcp` and `heft`
+    with other transfer weights: `candidates`, in that order) and the best schedule they give; the bound is the best of
     theirs. Each gets what is left of ``time_limit``; one that would start after it is skipped (the
     first always runs), as are those after a schedule that reaches the bound, and
     ``info["candidates"]`` says so beside each one's objective or status.
@@ -345,26 +387,25 @@ def best(problem: Problem, /, *, objective: str = "makespan", time_limit: float 
         raise ValueError(f"time_limit: expected a positive number of seconds, got {time_limit}")
     t0 = time.perf_counter()
     deadline = t0 + time_limit if time_limit is not None else float("inf")
-    candidates: dict[str, object] = {}
+    listed: dict[str, object] = {}
     chosen: Result | None = None
     results = []
-    runs = [("list", list_schedule), ("heft", heft), ("cpop", cpop), ("peft", peft), ("fcp", fcp)]
-    for name, run in runs + [heft_ranked(w) for w in RANK_WEIGHTS]:
+    for name, run in candidates(problem):
         left = deadline - time.perf_counter()
         if left <= 0 and results:  # the first always runs (its own limit stops it)
-            candidates[name] = "skipped: time limit"
+            listed[name] = "skipped: time limit"
             continue
         if chosen is not None and chosen.objective <= max(r.lower_bound for r in results):
-            candidates[name] = "skipped: optimal found"  # nothing can beat a schedule at the bound
+            listed[name] = "skipped: optimal found"  # nothing can beat a schedule at the bound
             continue
         result = run(problem, objective=objective, time_limit=None if left == float("inf") else max(left, 1e-3))
         results.append(result)
-        candidates[name] = result.objective if result.schedule is not None else result.status
+        listed[name] = result.objective if result.schedule is not None else result.status
         if result.schedule is not None and (chosen is None or result.objective < chosen.objective):
             chosen = result
     bound = max(r.lower_bound for r in results)
     runtime = time.perf_counter() - t0
-    info = {"candidates": candidates}
+    info = {"candidates": listed}
     if chosen is None:
         status = "infeasible" if any(r.status == "infeasible" for r in results) else "unknown"
         reasons = [r.info["reason"] for r in results if "reason" in r.info]

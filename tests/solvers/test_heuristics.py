@@ -12,7 +12,18 @@ from hypothesis import strategies as st
 
 import solvers.heuristics
 from solvers import InvalidSchedule, Problem, Schedule, lower_bound, solve, solver_names, validate
-from solvers.heuristics import RANK_WEIGHTS, best, cpop, critical_path, fcp, optimistic_cost_table, peft
+from solvers.heuristics import (
+    RANK_WEIGHTS,
+    best,
+    cpop,
+    critical_path,
+    fcp,
+    fcp_ranked,
+    heft_ranked,
+    optimistic_cost_table,
+    pair_weight,
+    peft,
+)
 from solvers.listsched import effective_allowed, heft, list_schedule, upward_rank
 from tests.solvers.strategies import brute_force, problems
 
@@ -42,8 +53,13 @@ def test_cpop_peft_fcp_best_are_valid_above_the_bound_and_best_is_the_least(p):
     if chosen.schedule is None:  # a group whose tasks share no processor
         assert {r.status for r in results.values()} == {"infeasible"} and chosen.status == "infeasible"
         return
-    for w in RANK_WEIGHTS:  # and HEFT with its rank's transfers weighted w
+    for w in RANK_WEIGHTS:  # and FCP and HEFT with their priority's transfers weighted w
+        results[f"fcp-t{w:g}"] = fcp(p, transfer_weight=w)
+    for w in RANK_WEIGHTS:
         results[f"heft-t{w:g}"] = heft(p, priority=upward_rank(p, effective_allowed(p), transfer_weight=w))
+    if p.num_processors > 1:  # and HEFT with the link cost averaged over pairs with a processor and itself
+        w = (p.num_processors - 1) / (p.num_processors + 1)
+        results["heft-pairs"] = heft(p, priority=upward_rank(p, effective_allowed(p), transfer_weight=w))
     for r in [*results.values(), chosen]:
         validate(p, r.schedule)
         assert r.objective >= r.lower_bound == lower_bound(p)
@@ -60,14 +76,40 @@ def test_best_tries_heft_with_other_transfer_weights_in_its_rank():
     """0 (2) and 1 (1) feed 3 (3) with delays 5 and 4; 2 (5) stands alone. HEFT's rank (transfers
     weighted 1) takes 1 before 2: 1 ends first on the idle processor, 2 follows it there, and 3
     ends at 8 at best. Ranked by computation alone (weight 0), 2 comes before 1 and gets the other
-    processor to itself: 0, 1, 3 share one and end at 6, the optimum. No other heuristic finds it."""
+    processor to itself: 0, 1, 3 share one and end at 6, the optimum. FCP ranked so finds it too,
+    and comes first in `best`; none of the heuristics with their own priority finds it."""
     p = Problem(duration=[2, 1, 5, 3], num_processors=2, edges=[[0, 3], [1, 3]], delay=[5, 4])
     r = best(p)
-    assert (r.objective, r.info["chosen"], r.status) == (6, "heft-t0", "optimal")
+    assert (r.objective, r.info["chosen"], r.status) == (6, "fcp-t0", "optimal")
     assert all(r.info["candidates"][k] == 8 for k in ("list", "heft", "cpop", "peft", "fcp"))
+    assert heft_ranked(0.0)[1](p).objective == 6
     validate(p, r.schedule)
     with pytest.raises(ValueError, match="transfer_weight"):
         upward_rank(p, transfer_weight=-1)
+    with pytest.raises(ValueError, match="transfer_weight"):
+        fcp(p, transfer_weight=float("nan"))
+
+
+@pytest.mark.parametrize(
+    "duration, processors, edges, delay, winner, value",
+    [  # instances found by random search where one variant alone gives the least makespan
+        ([3, 4, 1, 5, 4, 3], 3, [[0, 3], [1, 2], [1, 3], [1, 5], [2, 4], [3, 5]], [2, 2, 3, 5, 6, 3], "fcp-t0", 13),
+        ([1, 3, 5, 4, 1, 4], 2, [[0, 2], [1, 3], [1, 4], [1, 5], [2, 3], [2, 4], [3, 5], [4, 5]],
+         [1, 0, 3, 3, 1, 1, 2, 5], "fcp-t2", 15),
+        ([1, 1, 5, 4, 2], 2, [[0, 1], [0, 4], [1, 4], [3, 4]], [1, 1, 5, 1], "heft-pairs", 7),
+    ],
+)  # fmt: skip
+def test_best_keeps_the_one_variant_that_wins(duration, processors, edges, delay, winner, value):
+    p = Problem(duration=duration, num_processors=processors, edges=edges, delay=delay)
+    r = best(p)
+    validate(p, r.schedule)
+    assert (r.objective, r.info["chosen"]) == (value, winner)
+    assert all(v > value for k, v in r.info["candidates"].items() if k != winner)
+    # the variant is the heuristic with its priority's transfers weighted so, and nothing else
+    name, run = {"fcp-t0": fcp_ranked(0.0), "fcp-t2": fcp_ranked(2.0)}.get(winner) or heft_ranked(
+        pair_weight(processors), "heft-pairs"
+    )
+    assert (name, run(p).objective) == (winner, value)
 
 
 @settings(max_examples=60, deadline=None)
