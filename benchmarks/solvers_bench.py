@@ -245,8 +245,8 @@ def against_saga(
     hash_seed: int = 0,
 ) -> None:
     """Per instance class (kind, equal or heterogeneous processors, tasks, processors), the median
-    over ``seeds`` seeds of makespan and seconds: ours (``best``: list, heft, cpop, peft, fcp, and
-    heft ranked with transfers weighted 0 and 2; and ``list`` and ``heft`` alone) against saga's
+    over ``seeds`` seeds of makespan and seconds: ours (``best``: `solvers.heuristics.candidates`;
+    and ``list`` and ``heft`` alone) against saga's
     HEFT, CPoP and FCP, with our lower bound. With ``lns`` seconds, also CP-SAT LNS from best's
     schedule (equal processors only: CP-SAT refuses heterogeneous ones) and its proven bound. With
     ``ils`` seconds, also `solvers.polish.ils` (best's schedule, or HEFT's with another rank weight
