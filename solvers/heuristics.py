@@ -328,8 +328,8 @@ def pair_weight(processors: int) -> float:
     itself counted once as a link that costs nothing: ``(P-1)/(P+1)`` of the mean between two
     different ones. saga's HEFT ranks so (its network lists each processor's link to itself), and
     `best` runs it as ``heft-pairs`` (P > 1 only). On the 100-task classes of
-    `benchmarks/solvers_bench.py` it moved the median over 10 seeds from saga's HEFT's worse
-    to at most it (layered, 4 heterogeneous processors: 476.5 to 471, saga 475.5)."""
+    `benchmarks/solvers_bench.py` it took `best`'s median over 10 seeds from above saga's HEFT's to
+    below it (layered, 4 heterogeneous processors: 476.5 to 471, saga 475.5)."""
     return (processors - 1) / (processors + 1)
 
 
@@ -374,10 +374,10 @@ def candidates(problem: Problem) -> list[tuple[str, object]]:
 
 def best(problem: Problem, /, *, objective: str = "makespan", time_limit: float | None = None) -> Result:
     """Every list heuristic (`list_schedule`, `heft`, `cpop`, `peft`, `fcp`, then `fcp` and `heft`
-    with other transfer weights: `candidates`, in that order) and the best schedule they give; the bound is the best of
-    theirs. Each gets what is left of ``time_limit``; one that would start after it is skipped (the
-    first always runs), as are those after a schedule that reaches the bound, and
-    ``info["candidates"]`` says so beside each one's objective or status.
+    with other transfer weights: `candidates`, in that order) and the best schedule they give; the
+    bound is the best of theirs. Each gets what is left of ``time_limit``; one that would start
+    after it is skipped (the first always runs), as are those after a schedule that reaches the
+    bound, and ``info["candidates"]`` says so beside each one's objective or status.
 
     >>> from solvers import Problem
     >>> best(Problem(duration=[3, 1, 1], num_processors=2)).info["chosen"]
