@@ -225,8 +225,8 @@ def fcp(
     >>> fcp(Problem(duration=[3, 1, 1], num_processors=2)).objective
     3
     """
-    if not transfer_weight >= 0:  # also NaN
-        raise ValueError(f"transfer_weight: expected a number >= 0, got {transfer_weight}")
+    if not 0 <= transfer_weight < float("inf"):  # also NaN
+        raise ValueError(f"transfer_weight: expected a finite number >= 0, got {transfer_weight}")
     allowed = effective_allowed(problem)
 
     def keys() -> np.ndarray:

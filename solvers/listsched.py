@@ -130,8 +130,8 @@ def upward_rank(problem: Problem, allowed: np.ndarray | None = None, transfer_we
     >>> (upward_rank(p) / 64).tolist(), (upward_rank(p, transfer_weight=0) / 64).tolist()
     ([6.0, 3.0], [5.0, 3.0])
     """
-    if not transfer_weight >= 0:  # also NaN
-        raise ValueError(f"transfer_weight: expected a number >= 0, got {transfer_weight}")
+    if not 0 <= transfer_weight < float("inf"):  # also NaN
+        raise ValueError(f"transfer_weight: expected a finite number >= 0, got {transfer_weight}")
     weight = mean_delays(problem, allowed)
     if transfer_weight != 1:
         weight = np.rint(weight * transfer_weight).astype(np.int64)

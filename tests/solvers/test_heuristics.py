@@ -86,8 +86,11 @@ def test_best_tries_heft_with_other_transfer_weights_in_its_rank():
     validate(p, r.schedule)
     with pytest.raises(ValueError, match="transfer_weight"):
         upward_rank(p, transfer_weight=-1)
+    for bad in (float("nan"), float("inf"), -1):
+        with pytest.raises(ValueError, match="transfer_weight"):
+            fcp(p, transfer_weight=bad)
     with pytest.raises(ValueError, match="transfer_weight"):
-        fcp(p, transfer_weight=float("nan"))
+        upward_rank(p, transfer_weight=float("inf"))
 
 
 @pytest.mark.parametrize(
