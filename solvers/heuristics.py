@@ -60,6 +60,7 @@ from solvers.listsched import (
     _mean_link,
     _schedule,
     _speeds,
+    check_transfer_weight,
     downward_rank,
     effective_allowed,
     has_memory_limits,
@@ -225,8 +226,7 @@ def fcp(
     >>> fcp(Problem(duration=[3, 1, 1], num_processors=2)).objective
     3
     """
-    if not 0 <= transfer_weight < float("inf"):  # also NaN
-        raise ValueError(f"transfer_weight: expected a finite number >= 0, got {transfer_weight}")
+    check_transfer_weight(transfer_weight)
     allowed = effective_allowed(problem)
 
     def keys() -> np.ndarray:

@@ -119,6 +119,13 @@ def mean_durations(problem: Problem, allowed: np.ndarray | None = None) -> np.nd
     return np.rint(np.where(allowed, problem.duration_on, 0).sum(axis=1) * _SCALE / count).astype(np.int64)
 
 
+def check_transfer_weight(weight: float) -> None:
+    """ValueError unless ``weight`` (how much a priority counts transfers: `upward_rank`,
+    `solvers.heuristics.fcp`) is a finite number >= 0."""
+    if not 0 <= weight < float("inf"):  # also NaN
+        raise ValueError(f"transfer_weight: expected a finite number >= 0, got {weight}")
+
+
 def upward_rank(problem: Problem, allowed: np.ndarray | None = None, transfer_weight: float = 1.0) -> np.ndarray:
     """Longest path from each task to the end of the graph, its own duration included.
 
@@ -130,8 +137,7 @@ def upward_rank(problem: Problem, allowed: np.ndarray | None = None, transfer_we
     >>> (upward_rank(p) / 64).tolist(), (upward_rank(p, transfer_weight=0) / 64).tolist()
     ([6.0, 3.0], [5.0, 3.0])
     """
-    if not 0 <= transfer_weight < float("inf"):  # also NaN
-        raise ValueError(f"transfer_weight: expected a finite number >= 0, got {transfer_weight}")
+    check_transfer_weight(transfer_weight)
     weight = mean_delays(problem, allowed)
     if transfer_weight != 1:
         weight = np.rint(weight * transfer_weight).astype(np.int64)
