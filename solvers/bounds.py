@@ -35,7 +35,12 @@ def heads_tails(problem: Problem) -> tuple[np.ndarray, np.ndarray]:
 
 def lower_bounds(problem: Problem, objective: str = "makespan") -> dict[str, int]:
     """Named lower bounds on ``objective`` (``makespan`` or ``span``); for a moldable problem the one
-    bound of `solvers.moldable.moldable_bound` (makespan only)."""
+    bound of `solvers.moldable.moldable_bound` (makespan only). Computed once per problem and
+    objective (`Problem.derived`)."""
+    return dict(problem.derived(("lower_bounds", objective), lambda: _lower_bounds(problem, objective)))
+
+
+def _lower_bounds(problem: Problem, objective: str) -> dict[str, int]:
     if problem.is_moldable:
         if objective != "makespan":
             raise ValueError(f"moldable problems support the makespan objective only, got {objective!r}")

@@ -506,17 +506,20 @@ def _insert(
                 c = end[u] if proc[u] == top_q else end[u] + pdel[k]
                 if c > other:
                     other = c
-        for q in cands:
-            if lnk is None and len(cands) > 1:
-                arrive = other if q == top_q else top
-            else:
-                arrive = _arrival(t, q, pptr, psrc, pdel, proc, end, lnk)
-            d = dur[t] if don is None else don[t][q]
-            s = _earliest_gap(gap_starts[q], gap_ends[q], tail[q], arrive, d)
-            f = s + d
-            option = (f + cost[q] if cost is not None else f, f, s, q)
-            if best is None or option < best:
-                best = option
+        if lnk is None and don is None and cost is None and len(cands) > 1:
+            best = _earliest_of(cands, top, top_q, other, dur[t], gap_starts, gap_ends, tail)
+        else:
+            for q in cands:
+                if lnk is None and len(cands) > 1:
+                    arrive = other if q == top_q else top
+                else:
+                    arrive = _arrival(t, q, pptr, psrc, pdel, proc, end, lnk)
+                d = dur[t] if don is None else don[t][q]
+                s = _earliest_gap(gap_starts[q], gap_ends[q], tail[q], arrive, d)
+                f = s + d
+                option = (f + cost[q] if cost is not None else f, f, s, q)
+                if best is None or option < best:
+                    best = option
         _, f, s, q = best
         tail[q] = _occupy(gap_starts[q], gap_ends[q], tail[q], s, f)
         proc[t], start[t], end[t] = q, s, f
@@ -568,6 +571,42 @@ def _speeds(problem: Problem) -> tuple[list[list[int]] | None, list[list[int]] |
     don = problem.duration_on.tolist() if problem.duration_on is not None else None
     lnk = problem.link_matrix().tolist() if problem.link is not None else None
     return don, lnk
+
+
+def _earliest_of(
+    cands: list[int],
+    top: int,
+    top_q: int,
+    other: int,
+    d: int,
+    gap_starts: list[list[int]],
+    gap_ends: list[list[int]],
+    tail: list[int],
+) -> tuple[int, int, int, int]:
+    """`_insert`'s choice where processors and links are equal and no extra cost counts: the
+    processor (of ``cands``, by index) where a task of duration ``d`` starts first, its data there at
+    ``other`` on ``top_q`` and at ``top`` elsewhere; ties go to the lower index. As
+    ``(finish, finish, start, processor)``, the full scan's option.
+
+    The same choice as comparing every processor, faster: with one duration, the earliest finish is
+    the earliest start; no processor but ``top_q`` starts before ``top``, so the scan stops at a
+    start of ``top`` once ``top_q`` is behind it (or cannot start earlier), and `_earliest_gap`'s
+    two commonest answers (the processor idle by then; no gap after the data arrives) are inlined.
+    """
+    best_s, best_q = -1, -1
+    for q in cands:
+        if best_q >= 0 and best_s <= top and (best_s <= other or q > top_q):
+            break  # every processor left starts at ``top`` at the earliest (``top_q`` at ``other``)
+        arrive = other if q == top_q else top
+        tq = tail[q]
+        if arrive >= tq:
+            s = arrive
+        else:
+            ends = gap_ends[q]
+            s = tq if not ends or ends[-1] <= arrive else _earliest_gap(gap_starts[q], ends, tq, arrive, d)
+        if best_q < 0 or s < best_s:
+            best_s, best_q = s, q
+    return best_s + d, best_s + d, best_s, best_q
 
 
 def _earliest_gap(gap_starts: list[int], gap_ends: list[int], tail: int, ready: int, duration: int) -> int:
@@ -639,6 +678,7 @@ def _place(
     dur, mem, group = problem.duration.tolist(), problem.mem_delta.tolist(), problem.group.tolist()
     don, lnk = _speeds(problem)
     cap, cur, avail, backlog = problem.capacity.tolist(), [0] * P, [0] * P, [0] * P
+    unlimited = not has_memory_limits(problem)
     gproc: dict[int, int] = {}
     proc, start, end = [-1] * n, [0] * n, [0] * n
     sequence: list[int] = []
@@ -692,13 +732,25 @@ def _place(
                 c = end[p] if proc[p] == top_q else end[p] + pdel[k]
                 if c > other:
                     other = c
-            best, m = None, mem[t]
-            for r in patterns[pattern[t]]:
-                c = top if r != top_q else other
-                free = (avail[r] if avail[r] > now else now) + backlog[r]
-                key = (cur[r] + m > cap[r], free if free > c else c)
-                if best is None or key < best:
-                    best, q, ready = key, r, c
+            if unlimited:  # the same choice, without the memory flag, and stopping early (`_earliest_of`)
+                least = -1
+                for r in patterns[pattern[t]]:
+                    if q >= 0 and least <= top and (least <= other or r > top_q):
+                        break  # every processor left starts it at ``top`` at the earliest
+                    c = top if r != top_q else other
+                    free = (avail[r] if avail[r] > now else now) + backlog[r]
+                    if free < c:
+                        free = c
+                    if q < 0 or free < least:
+                        least, q, ready = free, r, c
+            else:
+                best, m = None, mem[t]
+                for r in patterns[pattern[t]]:
+                    c = top if r != top_q else other
+                    free = (avail[r] if avail[r] > now else now) + backlog[r]
+                    key = (cur[r] + m > cap[r], free if free > c else c)
+                    if best is None or key < best:
+                        best, q, ready = key, r, c
             if group[t] >= 0:
                 gproc[group[t]] = q
         heappush(waiting[q], (ready, pos_of[t]))

@@ -11,10 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import solvers.heuristics
-from solvers import InvalidSchedule, Problem, Schedule, lower_bound, solve, solver_names, validate
+from solvers import InvalidSchedule, Problem, Schedule, lower_bound, lower_bounds, solve, solver_names, validate
 from solvers.heuristics import (
     RANK_WEIGHTS,
     best,
+    candidates,
     cpop,
     critical_path,
     fcp,
@@ -321,3 +322,50 @@ def test_cpsat_and_lns_without_a_hint_are_never_worse_than_best(p):
             continue
         validate(p, r.schedule)
         assert r.objective <= start.objective
+
+
+@settings(max_examples=150, deadline=None)
+@given(problems(max_tasks=30, max_processors=5, memory=False))
+def test_the_equal_processor_scans_choose_as_the_general_ones(p):
+    """`list_schedule` and the HEFT family stop their scan over processors early where processors and
+    links are equal (`listsched._earliest_of`, `_place`'s unlimited branch). The same problem given
+    as unrelated processors of equal speeds, with a memory limit that never binds, takes the general
+    scans; every heuristic must choose the same schedule both ways."""
+    general = Problem.unrelated(
+        np.repeat(p.duration[:, None], p.num_processors, axis=1),
+        allowed=p.allowed,
+        edges=p.edges,
+        delay=p.delay,
+        group=p.group,
+    )
+    for name, run in candidates(p):
+        fast, slow = run(p), run(general)
+        assert fast.objective == slow.objective, name
+        if fast.schedule is not None:
+            assert fast.schedule.processor.tolist() == slow.schedule.processor.tolist(), name
+            assert fast.schedule.start.tolist() == slow.schedule.start.tolist(), name
+    unlimited = list_schedule(p)
+    bounded = list_schedule(
+        Problem(
+            duration=p.duration,
+            allowed=p.allowed,
+            edges=p.edges,
+            delay=p.delay,
+            group=p.group,
+            mem_delta=np.ones(p.num_tasks, dtype=np.int64),
+            capacity=[p.num_tasks] * p.num_processors,
+        )
+    )
+    assert unlimited.objective == bounded.objective
+    if unlimited.schedule is not None:
+        assert unlimited.schedule.start.tolist() == bounded.schedule.start.tolist()
+
+
+def test_a_problem_computes_its_order_and_bounds_once():
+    p = Problem(duration=[2, 3, 4], num_processors=2, edges=[[0, 1], [1, 2]], delay=[1, 1])
+    order = p.topological_order()
+    assert order is p.topological_order() and not order.flags.writeable
+    assert order.tolist() == [0, 1, 2]
+    bounds = lower_bounds(p)
+    bounds["critical_path"] = 0  # the caller's copy: the problem's stays
+    assert lower_bounds(p)["critical_path"] == 9
