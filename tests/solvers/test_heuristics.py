@@ -49,7 +49,7 @@ def comm_dags(draw) -> Problem:
 @settings(max_examples=80, deadline=None)
 @given(comm_dags())
 def test_cpop_peft_fcp_best_are_valid_above_the_bound_and_best_is_the_least(p):
-    results = {f.__name__: f(p) for f in (list_schedule, heft, cpop, peft, fcp)}
+    results = {f.__name__: f(p) for f in (heft, list_schedule, cpop, peft, fcp)}
     chosen = best(p)
     if chosen.schedule is None:  # a group whose tasks share no processor
         assert {r.status for r in results.values()} == {"infeasible"} and chosen.status == "infeasible"
