@@ -19,6 +19,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 from functools import partial
 
@@ -274,16 +275,18 @@ def against_saga(
                 for seed in range(seeds):
                     problem, saga = instance(kind, n, P, seed, hetero=hetero)
                     for name, run in (("best", best), ("heft", heft), ("list", list_schedule)):
+                        fresh = dataclasses.replace(problem)  # what a problem computes once is not shared between runs
                         t0 = time.perf_counter()
-                        result = run(problem)
+                        result = run(fresh)
                         cells.setdefault(name, []).append((time.perf_counter() - t0, result.objective))
                         validate(problem, result.schedule)
                     cells.setdefault("bound", []).append((0.0, result.lower_bound))
                     if ils:
                         from solvers.polish import ils as iterated
 
+                        fresh = dataclasses.replace(problem)
                         t0 = time.perf_counter()
-                        searched = iterated(problem, time_limit=ils)
+                        searched = iterated(fresh, time_limit=ils)
                         cells.setdefault("ils", []).append((time.perf_counter() - t0, searched.objective))
                         validate(problem, searched.schedule)
                     for a in algorithms:
