@@ -358,6 +358,7 @@ def test_the_equal_processor_scans_choose_as_the_general_ones(p):
     )
     assert unlimited.objective == bounded.objective
     if unlimited.schedule is not None:
+        assert unlimited.schedule.processor.tolist() == bounded.schedule.processor.tolist()
         assert unlimited.schedule.start.tolist() == bounded.schedule.start.tolist()
 
 
