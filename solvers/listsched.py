@@ -517,10 +517,12 @@ def _insert(
         if lnk is None and don is None and cost is None and len(cands) > 1:
             best = _earliest_of(cands, top, top_q, other, dur[t], gap_starts, gap_ends, tail)
         else:
-            # each predecessor's processor, end and delay, read once for every processor tried
-            preds = [(proc[psrc[k]], end[psrc[k]], pdel[k]) for k in range(pptr[t], pptr[t + 1])]
+            # where `top` and `other` do not say when the data is there: each predecessor's processor,
+            # end and delay, read once for every processor tried
+            per_q = lnk is not None or len(cands) == 1
+            preds = [(proc[psrc[k]], end[psrc[k]], pdel[k]) for k in range(pptr[t], pptr[t + 1])] if per_q else []
             for q in cands:
-                if lnk is None and len(cands) > 1:
+                if not per_q:
                     arrive = other if q == top_q else top
                 else:  # `_arrival`
                     arrive, row = 0, None if lnk is None else into[q]
