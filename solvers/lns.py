@@ -230,6 +230,7 @@ def improve_coarse(
     bound: int = 0,
     workers: int = 2,
     progress: Callable[[dict], None] | None = None,
+    symmetry: list[list[int]] | None = None,
 ) -> tuple[Schedule, dict]:
     """CP-SAT on the whole problem at coarser time, then finer: at each level of `COARSE_RESOLUTIONS`
     the durations and delays are rounded to a unit that makes the longest task last that many units
@@ -245,8 +246,13 @@ def improve_coarse(
     proven bound; 15 + 25 + 20 s at the three levels reached the bound itself (inside `best`'s 60 s,
     which leaves them about 25 s: 0.08 / 0.92 / 1.36% in three runs). The reservoirs are
     not expanded (``expand_memory=False``): on that row at p=6 expanding them made presolve build
-    23,000 Booleans, and no level improved in 80 s. A coarse level's proven bound is not one of the
-    real problem, so none is kept. Returns the best schedule and ``info`` (the real objective each
+    23,000 Booleans, and no level improved in 80 s. With ``symmetry`` (chains of interchangeable
+    tasks, as `solvers.cpsat.cpsat` takes them; ``schedule`` should already start them in chain
+    order, else it is a poorer hint) every level starts them in that order, which removes equal
+    solutions from its search: on that row at p=6, from torch's order, the levels reached a gap of
+    2.29% in 30 s and 0.78% in 120 s with the micro-batch chains, 2.79% and 1.31% without (one run
+    each; 1,200 s of `best` without them ended at 0.02%). A coarse level's proven bound is not one of
+    the real problem, so none is kept. Returns the best schedule and ``info`` (the real objective each
     level reached, steps, improving steps; ``interrupted`` after Ctrl-C)."""
     problem.require_uniform("improve_coarse")
     longest = int(problem.duration.max()) if problem.num_tasks else 0
@@ -261,7 +267,15 @@ def improve_coarse(
         if hint is None:  # zero-length tasks at equal starts may not re-time in index order
             return None, False
         limit = left if k == len(plan) - 1 else min(left, share * time_limit)  # the last level: all that is left
-        found = cpsat(coarse, objective=objective, time_limit=limit, workers=workers, hint=hint, expand_memory=False)
+        found = cpsat(
+            coarse,
+            objective=objective,
+            time_limit=limit,
+            workers=workers,
+            hint=hint,
+            expand_memory=False,
+            symmetry=symmetry,
+        )
         moved = None if found.schedule is None else _in_orders(problem, found.schedule)
         levels[f"1/{unit:.0f}"] = moved.objective(problem, objective) if moved is not None else found.status
         return moved, bool(found.info.get("interrupted"))

@@ -368,12 +368,13 @@ def _search_mode(
         if end - time.perf_counter() > 2 * BAND_STEP:  # coarse levels first, then band steps
             schedule, info = improve_coarse(
                 problem,
-                schedule,
+                canonical(tasks, schedule),  # the symmetry chains' order: the same schedule
                 objective=objective,
                 time_limit=(end - time.perf_counter()) * COARSE_SHARE,
                 bound=bound,
                 workers=workers,
                 progress=progress,
+                symmetry=symmetry_chains(tasks),
             )
             interrupted = bool(info.get("interrupted"))
             if info["levels"]:

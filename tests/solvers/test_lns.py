@@ -199,6 +199,23 @@ def test_coarse_levels_reach_the_optimum_of_a_problem_in_large_units():
     assert list(info["levels"]) == ["1/500"]  # the first level reached the bound: no other ran
 
 
+def test_coarse_levels_keep_the_order_of_symmetry_chains():
+    """Task 0 feeds a long task on the other processor, task 1 does not: running 0 first is shorter.
+    The coarse levels find that, unless a symmetry chain (the caller's word that the tasks are
+    interchangeable, here wrongly) says that 1 starts first: then they keep 1 first."""
+    from solvers.lns import improve_coarse
+
+    p = Problem(duration=[3000, 3000, 6000], num_processors=2, edges=[[0, 2]], allowed=[[1, 0], [1, 0], [0, 1]])
+    one_first = Schedule(processor=np.array([0, 0, 1]), start=np.array([3000, 0, 6000]))
+    validate(p, one_first)
+    free, _ = improve_coarse(p, one_first, time_limit=10, bound=9000)
+    assert free.objective(p, "makespan") == 9000 and free.start[0] < free.start[1]
+    kept, info = improve_coarse(p, one_first, time_limit=10, bound=9000, symmetry=[[1, 0]])
+    validate(p, kept)
+    assert kept.start[1] < kept.start[0] and kept.objective(p, "makespan") == 12000
+    assert info["levels"]  # the levels ran, and found nothing shorter with 1 first
+
+
 @settings(max_examples=15, deadline=None)
 @given(problems(max_tasks=10, max_processors=3), st.sampled_from(["makespan", "span"]), st.integers(1, 1000))
 def test_coarse_levels_are_valid_and_never_worse(problem, objective, scale):
