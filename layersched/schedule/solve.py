@@ -278,7 +278,8 @@ def _search_mode(
     the best of it and ``seeds`` (converted to this mode where that is exact) polished by moves on its
     critical chain (`solvers.polish`, at most `POLISH_SHARE` of the share); CP-SAT from that for
     `CPSAT_SHARE` of what is left; then, from CP-SAT's result, CP-SAT at coarser time, then finer
-    (`solvers.lns.improve_coarse`, `COARSE_SHARE` of the rest), band steps
+    (`solvers.lns.improve_coarse`, `COARSE_SHARE` of the rest; with the symmetry chains up to
+    `COARSE_SYMMETRY_TASKS`), band steps
     (`solvers.lns.improve_bands`, `BAND_SHARE` of the rest) and CP-SAT window steps
     (`solvers.lns.improve_windows`) for the rest, all up to CP-SAT's own size limit (beyond it each
     step re-times tens of thousands of tasks; on the ZB-V row at p=32, 49,152 tasks, they found
@@ -374,7 +375,7 @@ def _search_mode(
                 bound=bound,
                 workers=workers,
                 progress=progress,
-                symmetry=symmetry_chains(tasks),
+                symmetry=symmetry_chains(tasks) if problem.num_tasks <= COARSE_SYMMETRY_TASKS else None,
             )
             interrupted = bool(info.get("interrupted"))
             if info["levels"]:
@@ -423,6 +424,16 @@ On the 1.5B interleaved row re-cut to p=4, where CP-SAT with the real times stop
 took `best` (60 s) to 0.08 / 0.92 / 1.36% in three runs; with 0.8 to the bound in all three, but then
 the p=8 row kept torch's order, band steps having too little time (figures:
 ``benchmarks/results/multichunk-2core-vm.txt``)."""
+
+COARSE_SYMMETRY_TASKS = 1500
+"""Up to this many tasks the coarse levels keep the micro-batch symmetry chains (`symmetry_chains`).
+They remove equal schedules from CP-SAT's search, which helps where its complete search can cover
+the model, and they stop its small neighbourhoods from relabelling micro-batches, which hurts where
+only those move. On the 1.5B interleaved rows (60 s of `best`, 3 runs): p=4 (288 passes) reached the
+bound in all three (before: 0.08-1.36% gap), p=6 (648) 1.31 / 1.31 / 2.11% (before: 2.48-2.79%);
+30 s of coarse levels at p=6, m=18 (972) and p=8, m=16 (1,152) gave 1.45 / 1.71% and 2.75 / 3.12%
+with them, 1.85 / 1.92% and 3.25 / 3.12% without. At p=8, m=24 (1,728) the levels found nothing with
+them in 4 runs of `best` (and in 600 s), where without them they reach 1.90-2.15%."""
 
 BAND_SHARE = 0.85
 """The share of what is left after the coarse levels that band steps get (`solvers.lns.improve_bands`);

@@ -176,3 +176,41 @@ def test_a_short_limit_tries_the_fixed_patterns_before_a_greedy_search():
     assert time.perf_counter() - t0 < 3 + 2
     assert sol.info["candidates"]["chunk-greedy"].startswith("not tried")
     assert "zb-v" in listed and sol.metrics["value"] <= listed["zb-v"]
+
+
+@pytest.mark.parametrize("most", [10_000, 10])
+def test_the_coarse_levels_keep_the_symmetry_chains_up_to_a_size(monkeypatch, most):
+    """`best` hands the coarse levels the micro-batch chains (`symmetry_chains`) where the graph has at
+    most `COARSE_SYMMETRY_TASKS` tasks, and none where it has more; it starts them from a schedule in
+    the chains' order. (The levels and later steps are stubbed: this is about what they are given.)"""
+    import solvers.lns
+    from layersched.schedule import solve
+
+    calls = []
+
+    def coarse(problem, schedule, **kw):
+        calls.append((problem, schedule, kw["symmetry"]))
+        return schedule, {"levels": {}}
+
+    monkeypatch.setattr(solvers.lns, "improve_coarse", coarse)
+    monkeypatch.setattr(solvers.lns, "improve_bands", lambda p, s, **kw: (s, {}))
+    monkeypatch.setattr(solvers.lns, "improve_windows", lambda p, s, **kw: (s, {}))
+    monkeypatch.setattr(solve, "COARSE_SYMMETRY_TASKS", most)
+    # the 1.5B interleaved row re-cut to p=4, m=8: nothing before the coarse levels reaches the bound
+    import yaml
+
+    from layersched.describe.config import ProblemSpec
+    from layersched.describe.stages import pipeline_from_spec
+    from tests.paths import PROBLEMS
+
+    doc = yaml.safe_load((PROBLEMS / "zb-interleaved-1.5b.yaml").read_text())
+    doc["pipeline"].update(stages=12, microbatches=8, memory_limit=12 * doc["pipeline"]["memory_forward"])
+    solve_best(pipeline_from_spec(ProblemSpec.model_validate(doc)), time_limit=8)
+    assert calls
+    for problem, schedule, chains in calls:
+        n = problem.num_tasks
+        if n <= most:
+            assert chains and sorted(t for c in chains for t in c) == list(range(n))
+            assert all(np.all(np.diff(schedule.start[c]) >= 0) for c in chains)
+        else:
+            assert chains is None
