@@ -249,11 +249,13 @@ def improve_coarse(
     23,000 Booleans, and no level improved in 80 s. With ``symmetry`` (chains of interchangeable
     tasks, as `solvers.cpsat.cpsat` takes them; ``schedule`` should already start them in chain
     order, else it is a poorer hint) every level starts them in that order, which removes equal
-    solutions from its search: on that row at p=6, from torch's order, the levels reached a gap of
-    2.29% in 30 s and 0.78% in 120 s with the micro-batch chains, 2.79% and 1.31% without (one run
-    each; 1,200 s of `best` without them ended at 0.02%). A coarse level's proven bound is not one of
-    the real problem, so none is kept. Returns the best schedule and ``info`` (the real objective each
-    level reached, steps, improving steps; ``interrupted`` after Ctrl-C)."""
+    solutions from its search: on that row at p=6, from torch's order, 120 s of levels reached a gap
+    of 0.78% with the micro-batch chains and 1.31% without (one run each; runs of 30 s vary more than
+    they differ). On larger models they can hurt, since CP-SAT's small neighbourhoods cannot then
+    relabel the tasks of a chain (docs/design.md, "Symmetry chains in the coarse levels"). A coarse
+    level's proven bound is not one of the real problem, so none is kept. Returns the best schedule
+    and ``info`` (the real objective each level reached, steps, improving steps; ``interrupted``
+    after Ctrl-C)."""
     problem.require_uniform("improve_coarse")
     longest = int(problem.duration.max()) if problem.num_tasks else 0
     # the unit falls from level to level: once it is under 2 time steps, the problem is that coarse already

@@ -429,11 +429,11 @@ COARSE_SYMMETRY_TASKS = 1500
 """Up to this many tasks the coarse levels keep the micro-batch symmetry chains (`symmetry_chains`).
 They remove equal schedules from CP-SAT's search, which helps where its complete search can cover
 the model, and they stop its small neighbourhoods from relabelling micro-batches, which hurts where
-only those move. On the 1.5B interleaved rows (60 s of `best`, 3 runs): p=4 (288 passes) reached the
-bound in all three (before: 0.08-1.36% gap), p=6 (648) 1.31 / 1.31 / 2.11% (before: 2.48-2.79%);
-30 s of coarse levels at p=6, m=18 (972) and p=8, m=16 (1,152) gave 1.45 / 1.71% and 2.75 / 3.12%
-with them, 1.85 / 1.92% and 3.25 / 3.12% without. At p=8, m=24 (1,728) the levels found nothing with
-them in 4 runs of `best` (and in 600 s), where without them they reach 1.90-2.15%."""
+only those move. On the 1.5B interleaved rows (60 s of `best`, two sets of 3 runs): p=4 (288 passes)
+reached the bound in all six (before: 0.08-1.36% gap), p=6 (648) 1.31-2.11% and 1.41-2.49% (before:
+2.48-2.79%); 30 s of coarse levels at p=6, m=18 (972) and p=8, m=16 (1,152) gave 1.45 / 1.71% and
+2.75 / 3.12% with them, 1.85 / 1.92% and 3.25 / 3.12% without. At p=8, m=24 (1,728) the levels found
+nothing with them in 4 runs of `best` (nor in 600 s alone), where without them they reach 1.80-2.15%."""
 
 BAND_SHARE = 0.85
 """The share of what is left after the coarse levels that band steps get (`solvers.lns.improve_bands`);
