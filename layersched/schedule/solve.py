@@ -367,15 +367,16 @@ def _search_mode(
     elif not interrupted and result.objective > bound and end - time.perf_counter() > 0.1:
         schedule = result.schedule
         if end - time.perf_counter() > 2 * BAND_STEP:  # coarse levels first, then band steps
+            chains = symmetry_chains(tasks) if problem.num_tasks <= COARSE_SYMMETRY_TASKS else None
             schedule, info = improve_coarse(
                 problem,
-                canonical(tasks, schedule),  # the symmetry chains' order: the same schedule
+                canonical(tasks, schedule) if chains else schedule,  # in the chains' order: the same schedule
                 objective=objective,
                 time_limit=(end - time.perf_counter()) * COARSE_SHARE,
                 bound=bound,
                 workers=workers,
                 progress=progress,
-                symmetry=symmetry_chains(tasks) if problem.num_tasks <= COARSE_SYMMETRY_TASKS else None,
+                symmetry=chains,
             )
             interrupted = bool(info.get("interrupted"))
             if info["levels"]:
