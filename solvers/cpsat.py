@@ -191,10 +191,12 @@ def reoptimize_window(
     time_limit: float,
     workers: int = 1,
     objective: str = "makespan",
+    processors: np.ndarray | None = None,
 ) -> Schedule | None:
     """Re-place the ``free`` tasks of a valid ``schedule`` with every other task left where it is
     (processor and start): a model of the window only, whatever the size of the problem (used by
-    `solvers.lns`).
+    `solvers.lns`). With ``processors`` (a mask over the processors), a free task may move only to
+    the processors it marks, beside its own.
 
     The free tasks stay within the time span they occupy now, [first start, last end), so the
     schedule returned is valid and ends no later; they may change order, and processor unless that
@@ -228,6 +230,9 @@ def reoptimize_window(
     end = start + dur
     lo, hi = int(start[W].min()), int(end[W].max())
     allowed = effective_allowed(problem).copy()
+    if processors is not None:
+        allowed &= np.asarray(processors, dtype=bool)[None, :]
+        allowed[W, proc[W]] = True
     anchored = ~free | (mem != 0)  # left in place, or moving memory: stays on its processor
     for t in W.tolist():
         if problem.group[t] >= 0:
@@ -289,6 +294,12 @@ def reoptimize_window(
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(0.01, float(time_limit))
     solver.parameters.num_workers = workers
+    if unit_lits:
+        # presolve's probing of the processor choices took 0.16 s on a window of 50 tasks free on 32
+        # processors, longer than a window step's 0.1 s (`solvers.lns`): 19 of 20 such windows of a
+        # 5,000-task DAG came back UNKNOWN with it, none without. Windows without choices
+        # (pipelines, every task on its own rank) keep it.
+        solver.parameters.cp_model_probing_level = 0
     status = solver.solve(model)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
@@ -459,6 +470,13 @@ BUILD_ITEMS_PER_SECOND = 32_000
 machine (pipeline graphs of 64 stages): 24,512 items in 0.58 s, 98,048 in 2.26 s, 392,192 in 10.9 s
 (the rate falls with size; this is below the slowest)."""
 
+BUILD_CHOICES_PER_SECOND = 34_000
+"""Further processors a task may run on (beyond its first) that this module models per second: each is
+an optional interval, a Boolean and the transfers it pays. Measured on the project's 2-core machine,
+random DAGs of 1,000 and 5,000 tasks (two edges per task) on 4, 8 and 32 processors: the model of
+5,000 tasks took 0.75-0.92 s on 4 processors and 4.6-4.9 s on 32, where tasks and edges alone
+predicted 0.46 s; 1,000 tasks on 32 processors took 0.85-1.02 s."""
+
 BUILD_SHARE = 0.75
 """CP-SAT is not run when building its model would take more than this share of the time limit (the
 rest is too little to search); with a valid hint the hint is returned."""
@@ -489,13 +507,19 @@ def decline_reason(problem: Problem, time_limit: float) -> str | None:
 
 
 def build_seconds(problem: Problem) -> float:
-    """About how long building the CP-SAT model of ``problem`` takes, in seconds.
+    """About how long building the CP-SAT model of ``problem`` takes, in seconds: its tasks and edges
+    at `BUILD_ITEMS_PER_SECOND`, and each further processor a task may run on at
+    `BUILD_CHOICES_PER_SECOND`.
 
     >>> from solvers import Problem
-    >>> round(build_seconds(Problem(duration=[1] * 32_000, num_processors=2)), 1)
+    >>> round(build_seconds(Problem(duration=[1] * 32_000, num_processors=1)), 1)
     1.0
+    >>> round(build_seconds(Problem(duration=[1] * 32_000, num_processors=2)), 1)
+    1.9
     """
-    return (problem.num_tasks + len(problem.edges)) / BUILD_ITEMS_PER_SECOND
+    items = problem.num_tasks + len(problem.edges)
+    choices = int(effective_allowed(problem).sum()) - problem.num_tasks
+    return items / BUILD_ITEMS_PER_SECOND + max(choices, 0) / BUILD_CHOICES_PER_SECOND
 
 
 RESERVOIR_EXPANSION_LIMIT = 200_000
