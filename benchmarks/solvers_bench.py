@@ -249,7 +249,8 @@ def against_saga(
     over ``seeds`` seeds of makespan and seconds: ours (``best``: `solvers.heuristics.candidates`;
     and ``list`` and ``heft`` alone) against saga's
     HEFT, CPoP and FCP, with our lower bound. With ``lns`` seconds, also CP-SAT LNS from best's
-    schedule (equal processors only: CP-SAT refuses heterogeneous ones) and its proven bound. With
+    schedule, with 1 worker, and its proven bound (on heterogeneous processors, that of
+    `solvers.bounds`: LNS makes no whole-problem CP-SAT call there). With
     ``ils`` seconds, also `solvers.polish.ils` (best's schedule, or HEFT's with another rank weight
     where better, polished along its critical chain and kicked at each local optimum) with that time
     limit. saga runs with ``PYTHONHASHSEED=hash_seed`` (see `run_saga`)."""
@@ -263,10 +264,11 @@ def against_saga(
     head += [c for a in algorithms for c in (f"saga {a}", "s")]
     head += ["best/saga best", "saga HEFT s / ours best s", "/ ours list s"]
     if lns:
-        head += [f"ours lns {lns:g}s", "lns bound", "lns/saga best"]
+        head += [f"ours lns {lns:g}s", "lns bound", "lns/saga best", "lns < best"]
     if ils:
         head += ["ils", "s", "ils/saga best"]
     rows, wins, ils_wins = [], 0, 0
+    lns_better = lns_room = 0  # instances where LNS improved on best / where best was above its bound
     for label in classes:
         kind, hetero = label.split("-")[0], label.endswith("-het")
         for n in sizes:
@@ -291,12 +293,16 @@ def against_saga(
                         validate(problem, searched.schedule)
                     for a in algorithms:
                         cells.setdefault(a, []).append(run_saga(problem, saga, a, timeout, hash_seed))
-                    if lns and not problem.is_heterogeneous:
+                    if lns:
                         from solvers.lns import cpsat_lns
 
-                        searched = cpsat_lns(problem, time_limit=lns, workers=1, hint=best(problem).schedule)
+                        start = best(problem)
+                        searched = cpsat_lns(problem, time_limit=lns, workers=1, hint=start.schedule)
                         validate(problem, searched.schedule)
                         cells.setdefault("lns", []).append((searched.lower_bound, searched.objective))
+                        # seeds where LNS improved on best, and where best was already at its bound
+                        better = searched.objective < start.objective
+                        cells.setdefault("lns<", []).append((start.objective <= start.lower_bound, better))
 
                 def med(key: str, i: int, cells: dict = cells):
                     values = [c[i] for c in cells[key] if c[i] is not None]
@@ -319,8 +325,12 @@ def against_saga(
                 row += [f"{x:.0f}x" if x is not None else "-" for x in (speed, fast)]
                 if lns and "lns" in cells:
                     row += [show(med("lns", 1)), show(med("lns", 0)), f"{med('lns', 1) / min(saga_best):.3f}"]
+                    marks = cells["lns<"]
+                    better, room = sum(b for _, b in marks), sum(not at for at, _ in marks)
+                    lns_better, lns_room = lns_better + better, lns_room + room
+                    row += [f"{better} of {room}"]
                 elif lns:
-                    row += ["-", "-", "-"]
+                    row += ["-", "-", "-", "-"]
                 if ils:
                     tuned = med("ils", 1) / min(saga_best) if saga_best else None
                     ils_wins += tuned is not None and tuned <= 1
@@ -334,6 +344,8 @@ def against_saga(
     print(f"\nmedians over {seeds} seeds; ours at most saga's best heuristic on {wins} of {len(rows)} classes")
     if ils:
         print(f"ils at most saga's best heuristic on {ils_wins} of {len(rows)} classes")
+    if lns:
+        print(f"lns below best's makespan on {lns_better} of the {lns_room} instances where best is above its bound")
 
 
 def main() -> None:

@@ -196,7 +196,9 @@ def reoptimize_window(
     """Re-place the ``free`` tasks of a valid ``schedule`` with every other task left where it is
     (processor and start): a model of the window only, whatever the size of the problem (used by
     `solvers.lns`). With ``processors`` (a mask over the processors), a free task may move only to
-    the processors it marks, beside its own.
+    the processors it marks, beside its own. Heterogeneous processors and links are modelled too
+    (unlike `cpsat`): a free task lasts its duration on the processor chosen, and a transfer its
+    delay times the link's factor.
 
     The free tasks stay within the time span they occupy now, [first start, last end), so the
     schedule returned is valid and ends no later; they may change order, and processor unless that
@@ -218,16 +220,16 @@ def reoptimize_window(
     >>> reoptimize_window(p, s, np.array([False, True, True]), 5).start.tolist()
     [0, 2, 2]
     """
-    if problem.is_heterogeneous or problem.is_moldable:
-        raise ValueError("reoptimize_window: equal processors, rigid tasks only")
+    if problem.is_moldable:
+        raise ValueError("reoptimize_window: rigid tasks only")
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r}; valid: {', '.join(OBJECTIVES)}")
     W = np.flatnonzero(free)
     if not len(W):
         return schedule
-    dur, mem = problem.duration, problem.mem_delta
+    mem = problem.mem_delta
     start, proc = schedule.start, schedule.processor
-    end = start + dur
+    end = schedule.end(problem)
     lo, hi = int(start[W].min()), int(end[W].max())
     allowed = effective_allowed(problem).copy()
     if processors is not None:
@@ -244,8 +246,11 @@ def reoptimize_window(
         elif anchored[t]:
             allowed[t] = False
             allowed[t, proc[t]] = True
+    # each free task's duration on each processor it may use (on unequal processors it depends on
+    # the processor: its end is then a variable, tied to its start by the processor chosen)
+    took = {t: {q: int(x) for q, x in zip(*_durations(problem, t, allowed[t]), strict=True)} for t in W.tolist()}
     model = cp_model.CpModel()
-    s = {t: model.new_int_var(lo, hi - int(dur[t]), f"s{t}") for t in W.tolist()}
+    s = {t: model.new_int_var(lo, hi - min(took[t].values()), f"s{t}") for t in W.tolist()}
     on: dict[tuple[int, int], object] = {}
     unit_lits: dict[int, dict[int, object]] = {}  # per task, or per affinity group: its presence literals
     first_of: dict[int, int] = {}  # the task that created them
@@ -260,34 +265,48 @@ def reoptimize_window(
             first_of[unit] = t
             model.add_exactly_one(unit_lits[unit].values())
         on.update({(t, q): unit_lits[unit].get(q, False) for q in range(problem.num_processors)})
+    e: dict[int, object] = {}  # each free task's end
+    varying = []  # the free tasks whose end is a variable of its own
+    for t in W.tolist():
+        lengths = set(took[t].values())
+        if len(lengths) == 1:
+            e[t] = s[t] + lengths.pop()
+            continue
+        varying.append(t)
+        e[t] = model.new_int_var(lo, hi, f"e{t}")
+        for q, d in took[t].items():
+            if on[(t, q)] is not False:  # never True here: the task has a choice
+                model.add(e[t] == s[t] + d).only_enforce_if(on[(t, q)])
     per: list[list] = [[] for _ in range(problem.num_processors)]
     for t in W.tolist():
-        if dur[t] == 0:
-            continue
-        for q in np.flatnonzero(allowed[t]).tolist():
+        for q, d in took[t].items():
             lit = on[(t, q)]
+            if d == 0 or lit is False:
+                continue
             if lit is True:
-                per[q].append(model.new_fixed_size_interval_var(s[t], int(dur[t]), f"i{t}"))
-            elif lit is not False:
-                per[q].append(model.new_optional_fixed_size_interval_var(s[t], int(dur[t]), lit, f"i{t}_{q}"))
-    busy = np.flatnonzero(~free & (dur > 0) & (end > lo) & (start < hi))
+                per[q].append(model.new_fixed_size_interval_var(s[t], d, f"i{t}"))
+            else:
+                per[q].append(model.new_optional_fixed_size_interval_var(s[t], d, lit, f"i{t}_{q}"))
+    busy = np.flatnonzero(~free & (end > start) & (end > lo) & (start < hi))
     for t in busy.tolist():
-        per[proc[t]].append(model.new_fixed_size_interval_var(int(start[t]), int(dur[t]), f"k{t}"))
+        per[proc[t]].append(model.new_fixed_size_interval_var(int(start[t]), int(end[t] - start[t]), f"k{t}"))
     for intervals in per:
         if len(intervals) > 1:
             model.add_no_overlap(intervals)
-    _window_edges(problem, model, s, on, allowed, free, proc, start, end)
-    _window_memory(problem, model, s, free, proc, start, end, lo, hi)
-    ends = [s[t] + int(dur[t]) for t in W.tolist()]
+    _window_edges(problem, model, s, e, on, allowed, free, proc, start, end)
+    _window_memory(problem, model, s, e, free, proc, start, end, lo, hi)
+    ends = [e[t] for t in W.tolist()]
     if objective == "span":
-        worst = _window_span(problem, model, s, on, allowed, free, proc, start, end, lo, hi)
+        worst = _window_span(problem, model, s, e, on, allowed, free, proc, start, end, lo, hi)
     else:
         worst = model.new_int_var(lo, hi, "last")
-        for e in ends:
-            model.add(worst >= e)
+        for last in ends:
+            model.add(worst >= last)
     model.minimize(len(W) * (hi - lo + 1) * worst + sum(ends))
     for t in W.tolist():
         model.add_hint(s[t], int(start[t]))
+    for t in varying:
+        model.add_hint(e[t], int(end[t]))
     for unit, lits in unit_lits.items():
         for q, lit in lits.items():
             model.add_hint(lit, int(proc[first_of[unit]]) == q)
@@ -313,24 +332,35 @@ def reoptimize_window(
     return Schedule(processor=new_proc, start=new_start)
 
 
-def _window_edges(problem: Problem, model, s: dict, on: dict, allowed, free, proc, start, end) -> None:
+def _durations(problem: Problem, t: int, allowed: np.ndarray) -> tuple[list[int], np.ndarray]:
+    """The processors task ``t`` may use and its duration on each."""
+    procs = np.flatnonzero(allowed)
+    if problem.duration_on is None:
+        return procs.tolist(), np.full(len(procs), problem.duration[t])
+    return procs.tolist(), problem.duration_on[t, procs]
+
+
+def _window_edges(problem: Problem, model, s: dict, e: dict, on: dict, allowed, free, proc, start, end) -> None:
     """`reoptimize_window`'s precedences: between free tasks, and from (to) a task left in place, whose
-    end (start) is a constant; the transfer delay is paid unless both ends share a processor."""
-    dur = problem.duration
+    end (start) is a constant; the transfer delay is paid unless both ends share a processor (times
+    the link's factor, with ``link``)."""
     u_all, v_all, d_all = problem.edges[:, 0], problem.edges[:, 1], problem.delay
     touch = np.flatnonzero(free[u_all] | free[v_all])
-    for e in touch.tolist():
-        u, v, d = int(u_all[e]), int(v_all[e]), int(d_all[e])
+    if problem.link is not None:
+        _window_links(problem, model, s, e, on, allowed, free, proc, start, end, touch)
+        return
+    for k in touch.tolist():
+        u, v, d = int(u_all[k]), int(v_all[k]), int(d_all[k])
         same_group = problem.group[u] >= 0 and problem.group[u] == problem.group[v]
         if free[u] and free[v]:
-            model.add(s[v] >= s[u] + int(dur[u]))
+            model.add(s[v] >= e[u])
             if d and not same_group:
                 for q in np.flatnonzero(allowed[u]).tolist():  # u on q, v elsewhere: the transfer is paid
                     a, b = on[(u, q)], on[(v, q)]
                     if a is False or b is True:
                         continue
                     lits = [x for x in (a, _negate(b)) if x is not True]
-                    model.add(s[v] >= s[u] + int(dur[u]) + d).only_enforce_if(lits)
+                    model.add(s[v] >= e[u] + d).only_enforce_if(lits)
         elif free[v]:  # u in place: v waits for its end, plus the transfer unless on u's processor
             model.add(s[v] >= int(end[u]))
             if d and not same_group:
@@ -341,21 +371,48 @@ def _window_edges(problem: Problem, model, s: dict, on: dict, allowed, free, pro
                     if lit is not True:
                         c.only_enforce_if(lit)
         else:  # v in place: u ends in time for it
-            model.add(s[u] + int(dur[u]) <= int(start[v]))
+            model.add(e[u] <= int(start[v]))
             if d and not same_group:
                 a = on[(u, int(proc[v]))]
                 if a is not True:
                     lit = _negate(a)
-                    c = model.add(s[u] + int(dur[u]) + d <= int(start[v]))
+                    c = model.add(e[u] + d <= int(start[v]))
                     if lit is not True:
                         c.only_enforce_if(lit)
 
 
-def _window_memory(problem: Problem, model, s: dict, free, proc, start, end, lo: int, hi: int) -> None:
+def _window_links(problem: Problem, model, s: dict, e: dict, on: dict, allowed, free, proc, start, end, touch) -> None:
+    """`_window_edges` with a link factor per pair of processors: the transfer of an edge from ``a``
+    to ``b`` takes its delay times ``link[a, b]``, so each pair of processors the two ends may use
+    has its own constraint."""
+    link = problem.link_matrix()
+    u_all, v_all, d_all = problem.edges[:, 0], problem.edges[:, 1], problem.delay
+    for k in touch.tolist():
+        u, v, d = int(u_all[k]), int(v_all[k]), int(d_all[k])
+        same_group = problem.group[u] >= 0 and problem.group[u] == problem.group[v]
+        ready = e[u] if free[u] else int(end[u])
+        if not free[v]:
+            model.add(ready <= int(start[v]))
+        else:
+            model.add(s[v] >= ready)
+        if not d or same_group:
+            continue
+        for a in np.flatnonzero(allowed[u]).tolist() if free[u] else [int(proc[u])]:
+            for b in np.flatnonzero(allowed[v]).tolist() if free[v] else [int(proc[v])]:
+                lits = [x for x in (on[(u, a)] if free[u] else True, on[(v, b)] if free[v] else True) if x is not True]
+                if a == b or link[a, b] == 0 or any(x is False for x in lits):
+                    continue
+                later = int(start[v]) if not free[v] else s[v]
+                c = model.add(later >= ready + d * int(link[a, b]))
+                if lits:
+                    c.only_enforce_if(lits)
+
+
+def _window_memory(problem: Problem, model, s: dict, e: dict, free, proc, start, end, lo: int, hi: int) -> None:
     """`reoptimize_window`'s memory: per processor where the window's tasks change memory (they keep
     their processor), a reservoir from the level the tasks before the window left, with the events
     of the tasks left in place within [lo, hi] at their times."""
-    mem, dur, cap = problem.mem_delta, problem.duration, problem.capacity
+    mem, cap = problem.mem_delta, problem.capacity
     movers = np.flatnonzero(free & (mem != 0))
     event = np.where(mem > 0, start, end)  # an allocation at the start, a release at the end
     for q in np.unique(proc[movers]).tolist():
@@ -366,17 +423,18 @@ def _window_memory(problem: Problem, model, s: dict, free, proc, start, end, lo:
         level = int(mem[before].sum())
         if level + int(np.clip(mem[inside], 0, None).sum()) + sum(max(int(mem[t]), 0) for t in mine) <= cap[q]:
             continue  # cannot overflow
-        times = [s[t] if mem[t] > 0 else s[t] + int(dur[t]) for t in mine] + event[inside].tolist() + [lo]
+        times = [s[t] if mem[t] > 0 else e[t] for t in mine] + event[inside].tolist() + [lo]
         changes = [int(mem[t]) for t in mine] + mem[inside].tolist() + [level]
         lowest = min(0, level + sum(min(c, 0) for c in changes[:-1]))
         model.add_reservoir_constraint(times, changes, lowest, int(cap[q]))
 
 
-def _window_span(problem: Problem, model, s: dict, on: dict, allowed, free, proc, start, end, lo: int, hi: int):
+def _window_span(
+    problem: Problem, model, s: dict, e: dict, on: dict, allowed, free, proc, start, end, lo: int, hi: int
+):
     """The largest per-processor span of the whole schedule as `reoptimize_window` places the free
     tasks (a variable): each processor's first start and last end over the tasks left in place there
     (constants) and the free tasks placed there."""
-    dur = problem.duration
     horizon = int(max(end.max(), hi))
     worst = model.new_int_var(-horizon, horizon, "span")
     W = np.flatnonzero(free).tolist()
@@ -394,7 +452,7 @@ def _window_span(problem: Problem, model, s: dict, on: dict, allowed, free, proc
             model.add(last >= int(end[kept].max()))
         for t in mine:
             lit = on[(t, q)]
-            bounds = [model.add(first <= s[t]), model.add(last >= s[t] + int(dur[t]))]
+            bounds = [model.add(first <= s[t]), model.add(last >= e[t])]
             if lit is not True:
                 for c in bounds:
                     c.only_enforce_if(lit)

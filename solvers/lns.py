@@ -2,14 +2,17 @@
 
 A first CP-SAT call on the whole problem (a quarter of the time, at most five steps' worth) starts
 from the hint (or the best list heuristic, `solvers.heuristics.best`); it may prove the optimum, and
-its bound is kept. Its schedule is polished by order moves on its critical chain (`solvers.polish`,
-at most `POLISH_SHARE` of the time left). Then each step picks ``window`` tasks that are
-consecutive in start order: every other step at a random position (``seed``), the others around a
-random task of the chain that fixes the objective now (`solvers.simulate.tight_chain`), where a
-change can shorten the schedule. Where tasks may change processor, a window holds tasks of at most
-`WINDOW_PROCESSORS` processors, which they may move among: the chosen task's, those of its
-neighbours on the chain and in the graph, and random others to make up the number. On many
-processors that spans a longer stretch of time than a window across all of them, in a smaller model.
+its bound is kept. On heterogeneous processors or links (`Problem.unrelated`), which that call does
+not model, the search starts from the hint with the bound of `solvers.bounds`; the windows model
+each task's duration on each processor and each link's factor. Its schedule is polished by order
+moves on its critical chain (`solvers.polish`, at most `POLISH_SHARE` of the time left). Then each
+step picks ``window`` tasks that are consecutive in start order: every other step at a random
+position (``seed``), the others around a random task of the chain that fixes the objective now
+(`solvers.simulate.tight_chain`), where a change can shorten the schedule. Where tasks may change
+processor, a window holds tasks of at most `WINDOW_PROCESSORS` processors, which they may move
+among: the chosen task's, those of its neighbours on the chain and in the graph, and random others
+to make up the number. On many processors that spans a longer stretch of time than a window across
+all of them, in a smaller model.
 
 A step's model holds the window only (`solvers.cpsat.reoptimize_window`): every other task stays
 where it is, the window's tasks may change order (and processor, unless they move memory) within the
@@ -41,6 +44,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from solvers.bounds import lower_bound
 from solvers.cpsat import cpsat, reoptimize_window
 from solvers.graph import csr
 from solvers.heuristics import best
@@ -73,8 +77,8 @@ def cpsat_lns(
     time_limit : float
         Total wall-clock limit in seconds.
     window : int
-        Tasks re-solved per step (consecutive in start order). A problem with at most ``window``
-        tasks is solved by one plain `solvers.cpsat.cpsat` call.
+        Tasks re-solved per step (consecutive in start order). A problem of equal processors with at
+        most ``window`` tasks is solved by one plain `solvers.cpsat.cpsat` call.
     hint : Schedule, optional
         Starting schedule; `solvers.heuristics.best`'s when absent or invalid.
     step_limit : float
@@ -90,13 +94,14 @@ def cpsat_lns(
     -------
     Result
         The best schedule found (never worse than a valid ``hint``) with the bound proven by the
-        first, unrestricted CP-SAT call; ``optimal`` when they meet, else ``feasible`` (or that
-        call's ``infeasible``/``unknown`` when it found nothing and there was no schedule to start
-        from). ``info`` gives the polished schedule's objective (``polish``) and counts the window
-        steps and the improving ones.
+        first, unrestricted CP-SAT call (on heterogeneous processors or links, which that call does
+        not model, `solvers.bounds.lower_bound`); ``optimal`` when they meet, else ``feasible`` (or
+        that call's ``infeasible``/``unknown`` when it found nothing and there was no schedule to
+        start from). ``info`` gives the polished schedule's objective (``polish``) and counts the
+        window steps and the improving ones.
     """
     t0 = time.perf_counter()
-    problem.require_uniform("lns")
+    problem.require_rigid("lns")
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r}; valid: {', '.join(OBJECTIVES)}")
     if window < 1:
@@ -104,19 +109,25 @@ def cpsat_lns(
     n = problem.num_tasks
     if hint is None or violations(problem, hint, limit=1):
         hint = best(problem, objective=objective, time_limit=max(0.01, time_limit / 4)).schedule
-    # one CP-SAT call on the whole problem first: it may prove the optimum, and its bound holds
-    whole_limit = time_limit if n <= window else min(time_limit / 4, 5 * step_limit)
-    whole = cpsat(
-        problem,
-        objective=objective,
-        workers=workers,
-        hint=hint,
-        progress=progress,
-        log=log,
-        time_limit=whole_limit,
-    )
-    if n <= window or whole.schedule is None or whole.status == "optimal" or whole.info.get("interrupted"):
-        return dataclasses.replace(whole, solver="lns", runtime=time.perf_counter() - t0)
+    if problem.is_heterogeneous:
+        # CP-SAT's model of the whole problem assumes equal processors and links; a window's does not
+        whole = _start(problem, hint, objective)
+        if whole.schedule is None or whole.status == "optimal":
+            return dataclasses.replace(whole, runtime=time.perf_counter() - t0)
+    else:
+        # one CP-SAT call on the whole problem first: it may prove the optimum, and its bound holds
+        whole_limit = time_limit if n <= window else min(time_limit / 4, 5 * step_limit)
+        whole = cpsat(
+            problem,
+            objective=objective,
+            workers=workers,
+            hint=hint,
+            progress=progress,
+            log=log,
+            time_limit=whole_limit,
+        )
+        if n <= window or whole.schedule is None or whole.status == "optimal" or whole.info.get("interrupted"):
+            return dataclasses.replace(whole, solver="lns", runtime=time.perf_counter() - t0)
     bound = whole.lower_bound
     # order moves on the critical chain first: cheap, and on random DAGs they find what small
     # windows do not (layered, 1,000 tasks on 32 processors: 739 -> 733 in 0.9 s)
@@ -138,6 +149,17 @@ def cpsat_lns(
     status = "optimal" if value <= bound else "feasible"
     info = {"polish": polished.objective, **info}
     return Result(current, status, value, bound, time.perf_counter() - t0, "lns", objective, info)
+
+
+def _start(problem: Problem, hint: Schedule | None, objective: str) -> Result:
+    """What `cpsat_lns` starts from where CP-SAT's whole model does not apply (heterogeneous
+    processors or links): the hint (when valid), with the bound of `solvers.bounds`."""
+    bound = lower_bound(problem, objective)
+    if hint is None or violations(problem, hint, limit=1):
+        return Result(None, "unknown", None, bound, 0.0, "lns", objective, {"source": "none"})
+    value = hint.objective(problem, objective)
+    status = "optimal" if value <= bound else "feasible"
+    return Result(hint, status, value, min(bound, value), 0.0, "lns", objective, {"source": "hint"})
 
 
 def improve_bands(

@@ -271,7 +271,7 @@ class Problem:
         if self.is_heterogeneous:
             raise ValueError(
                 f"{who}: this problem has heterogeneous processors or links (duration_on, link); use list, heft, "
-                "cpop, peft, fcp or best"
+                "cpop, peft, fcp, best, lns or ils"
             )
 
     def durations_on(self, processor: np.ndarray) -> np.ndarray:

@@ -37,6 +37,20 @@ def problems(draw, max_tasks: int = 12, max_processors: int = 3, memory: bool = 
     return Problem(duration=ints(0, 6, n), allowed=allowed, edges=edges, delay=ints(0, 4, len(edges)), **options)
 
 
+@st.composite
+def heterogeneous(draw, max_tasks: int = 12, max_processors: int = 3, memory: bool = True) -> Problem:
+    """A random problem of `problems`, its tasks given a duration per processor and its links a
+    delay factor per processor pair."""
+    base = draw(problems(max_tasks=max_tasks, max_processors=max_processors, memory=memory))
+    n, P = base.num_tasks, base.num_processors
+    on = draw(st.lists(st.lists(st.integers(0, 9), min_size=P, max_size=P), min_size=n, max_size=n))
+    link = draw(st.lists(st.lists(st.integers(0, 3), min_size=P, max_size=P), min_size=P, max_size=P))
+    return Problem.unrelated(
+        on, allowed=base.allowed, edges=base.edges, delay=base.delay, mem_delta=base.mem_delta,
+        capacity=base.capacity, group=base.group, link=link,
+    )  # fmt: skip
+
+
 def brute_force(problem: Problem, objective: str = "makespan") -> tuple[int, Schedule] | None:
     """Best valid earliest-start schedule over all processor assignments and processor orders
     (``None`` when none validates). Every schedule it returns is valid, so nothing proven optimal

@@ -26,7 +26,7 @@ from solvers.heuristics import (
     peft,
 )
 from solvers.listsched import effective_allowed, heft, list_schedule, upward_rank
-from tests.solvers.strategies import brute_force, problems
+from tests.solvers.strategies import brute_force, heterogeneous, problems
 
 
 def test_doctests():
@@ -221,20 +221,6 @@ def test_fcp_appends_to_the_processor_its_last_message_comes_from():
 # -- heterogeneous processors and links ------------------------------------------------------------
 
 
-@st.composite
-def heterogeneous(draw, max_tasks: int = 12, max_processors: int = 3, memory: bool = True) -> Problem:
-    """A random problem of `problems`, its tasks given a duration per processor and its links a
-    delay factor per processor pair."""
-    base = draw(problems(max_tasks=max_tasks, max_processors=max_processors, memory=memory))
-    n, P = base.num_tasks, base.num_processors
-    on = draw(st.lists(st.lists(st.integers(0, 9), min_size=P, max_size=P), min_size=n, max_size=n))
-    link = draw(st.lists(st.lists(st.integers(0, 3), min_size=P, max_size=P), min_size=P, max_size=P))
-    return Problem.unrelated(
-        on, allowed=base.allowed, edges=base.edges, delay=base.delay, mem_delta=base.mem_delta,
-        capacity=base.capacity, group=base.group, link=link,
-    )  # fmt: skip
-
-
 @settings(max_examples=60, deadline=None)
 @given(heterogeneous(max_tasks=20, max_processors=4))
 def test_every_heuristic_is_valid_and_above_the_bound_on_heterogeneous_problems(p):
@@ -293,12 +279,15 @@ def test_problem_checks_heterogeneous_fields():
     assert p.duration.tolist() == [5]
 
 
-def test_cpsat_and_lns_refuse_heterogeneous_problems():
+def test_cpsat_refuses_heterogeneous_problems_and_lns_solves_them():
+    """CP-SAT's whole model assumes equal processors and links; LNS's windows model both."""
+    pytest.importorskip("ortools")
     p = Problem.unrelated([[1, 2]], link=[[0, 1], [1, 0]])
-    for name in ("cpsat", "lns"):
-        pytest.importorskip("ortools")
-        with pytest.raises(ValueError, match="heterogeneous"):
-            solve(p, name)
+    with pytest.raises(ValueError, match="heterogeneous"):
+        solve(p, "cpsat")
+    r = solve(p, "lns")
+    validate(p, r.schedule)
+    assert r.objective == 1 and r.status == "optimal"
 
 
 def test_moldable_solvers_refuse_heterogeneous_problems():

@@ -13,7 +13,7 @@ import solvers.lns
 from solvers import Problem, Schedule, solve, validate
 from solvers.listsched import list_schedule
 from solvers.lns import cpsat_lns
-from tests.solvers.strategies import problems
+from tests.solvers.strategies import heterogeneous, problems
 
 
 def layered(n: int = 40, processors: int = 3, seed: int = 0) -> Problem:
@@ -79,13 +79,18 @@ def test_a_kept_task_pins_its_affinity_group():
         cpsat(Problem([5, 5], num_processors=2, group=[0, 0]), keep_processor=np.array([0, 1]))
 
 
-@settings(max_examples=150, deadline=None)
-@given(problems(max_tasks=12, max_processors=3), st.sampled_from(["makespan", "span"]), st.data())
+@settings(max_examples=200, deadline=None)
+@given(
+    problems(max_tasks=12, max_processors=3) | heterogeneous(max_tasks=12, max_processors=3),
+    st.sampled_from(["makespan", "span"]),
+    st.data(),
+)
 def test_a_window_is_replaced_validly_and_never_worse(problem, objective, data):
     """`reoptimize_window`: the free tasks move, the others stay exactly where they were, and the
     schedule stays valid (memory included) and no worse on the objective; a free task that changes
     memory keeps its processor, and an affinity group with a task in place keeps its processor; given
-    a mask of processors, a free task that changes processor goes to a marked one."""
+    a mask of processors, a free task that changes processor goes to a marked one. Equal and
+    heterogeneous processors and links alike."""
     pytest.importorskip("ortools")
     from solvers.cpsat import reoptimize_window
 
@@ -305,3 +310,49 @@ def test_a_window_spans_the_processors_of_its_task_and_its_neighbours_first():
         assert mask.sum() == 4 and mask[[5, 7, 9]].all()
     mask = _window_processors(processor, 0, [], near, 16, rng)  # own 0, graph neighbour 1 on 7
     assert mask.sum() == 4 and mask[[0, 7]].all()
+
+
+@settings(max_examples=30, deadline=None)
+@given(heterogeneous(max_tasks=30, max_processors=4), st.sampled_from(["makespan", "span"]))
+def test_lns_on_heterogeneous_problems_is_valid_never_worse_and_above_the_bound(problem, objective):
+    """Heterogeneous processors and links: no whole-problem CP-SAT call, windows from the hint.
+    The result is valid, no worse than the hint and never below the bound of `solvers.bounds`."""
+    from solvers.bounds import lower_bound
+
+    start = list_schedule(problem, objective=objective)
+    if start.schedule is None:
+        return
+    r = cpsat_lns(problem, objective=objective, time_limit=0.5, window=6, hint=start.schedule, workers=1)
+    validate(problem, r.schedule)
+    assert r.objective <= start.objective
+    assert r.lower_bound == min(lower_bound(problem, objective), r.objective) <= r.objective
+
+
+def unequal(problem: Problem, seed: int) -> Problem:
+    """``problem`` on processors of speeds 1, 2 or 4 (a task's duration is 4 times its own over the
+    speed) and links of speeds 1, 2 or 4 between each pair (a delay's factor is 4 over it)."""
+    rng = np.random.default_rng(seed)
+    P = problem.num_processors
+    speed = rng.choice([1, 2, 4], size=P)
+    links = np.triu(rng.choice([1, 2, 4], size=(P, P)), 1)
+    links = links + links.T
+    np.fill_diagonal(links, 4)
+    on = 4 * problem.duration[:, None] // speed[None, :]
+    return Problem.unrelated(on, edges=problem.edges, delay=problem.delay, link=4 // links)
+
+
+def test_windows_improve_a_polished_schedule_on_heterogeneous_processors():
+    """100 tasks on 8 processors of unequal speeds and links, from `best`'s schedule polished to a
+    local optimum: window steps, which model each task's duration on each processor and each link's
+    factor, take it below what polish could reach."""
+    from solvers.heuristics import best
+    from solvers.lns import improve_windows
+    from solvers.polish import polish
+
+    p = unequal(wide_layered(100, 8, seed=1), seed=101)
+    start = polish(p, best(p).schedule, time_limit=60)
+    assert start.info["local_optimum"]
+    target = start.objective - 10
+    got, info = improve_windows(p, start.schedule, time_limit=20, bound=target, workers=1)
+    validate(p, got)
+    assert got.objective(p, "makespan") <= target
