@@ -408,20 +408,25 @@ def improve_windows(
     few = num_processors > WINDOW_PROCESSORS and bool((problem.allowed.sum(axis=1) > 1).any())
 
     def step(current: Schedule, left: float, steps: int) -> tuple[Schedule | None, bool]:
+        mask = None
         if steps % 2:  # every other window: around a task of the chain that fixes the objective
             chain = tight_chain(problem, current, objective)
             i = int(rng.integers(0, len(chain)))
             task, beside = chain[i], chain[max(0, i - 2) : i + 3]
-        else:
+        elif few:  # around a random task, on the processors near it
             task, beside = int(rng.integers(0, n)), []
-        mask = None
+        else:  # at a random place in start order, across all processors
+            task = None
         if few:
             mask = _window_processors(current.processor, task, beside, near, num_processors, rng)
         candidates = np.arange(n) if mask is None else np.flatnonzero(mask[current.processor])
         order = candidates[np.lexsort((candidates, current.start[candidates]))]  # start order, ties by index
         size = min(window, len(order))
-        at = int(np.flatnonzero(order == task)[0])
-        first = min(max(at - int(rng.integers(0, size)), 0), len(order) - size)
+        if task is None:
+            first = int(rng.integers(0, n - window + 1))
+        else:
+            at = int(np.flatnonzero(order == task)[0])
+            first = min(max(at - int(rng.integers(0, size)), 0), len(order) - size)
         free = np.zeros(n, dtype=bool)
         free[order[first : first + size]] = True
         limit = min(step_limit, left, LOCAL_STEP)
