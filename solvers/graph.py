@@ -16,6 +16,14 @@ def csr(n: int, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return indptr, dst[order], order
 
 
+def neighbours(n: int, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each task's predecessors and successors together, in CSR form: ``(indptr, tasks)``, those of
+    task ``t`` being ``tasks[indptr[t]:indptr[t + 1]]``."""
+    src, dst = edges[:, 0], edges[:, 1]
+    indptr, tasks, _ = csr(n, np.concatenate([src, dst]), np.concatenate([dst, src]))
+    return indptr, tasks
+
+
 def kahn(n: int, src: np.ndarray, dst: np.ndarray) -> tuple[list[int], np.ndarray]:
     """Kahn's algorithm. Returns the ordered tasks and the remaining in-degree of each task
     (non-zero exactly for the tasks on or behind a cycle)."""

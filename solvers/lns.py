@@ -46,7 +46,7 @@ import numpy as np
 
 from solvers.bounds import lower_bound
 from solvers.cpsat import cpsat, reoptimize_window
-from solvers.graph import csr
+from solvers.graph import neighbours
 from solvers.heuristics import best
 from solvers.polish import polish
 from solvers.problem import OBJECTIVES, Problem, Result, Schedule
@@ -153,9 +153,10 @@ def cpsat_lns(
 
 def _start(problem: Problem, hint: Schedule | None, objective: str) -> Result:
     """What `cpsat_lns` starts from where CP-SAT's whole model does not apply (heterogeneous
-    processors or links): the hint (when valid), with the bound of `solvers.bounds`."""
+    processors or links): the hint (valid, as `cpsat_lns` checked it), with the bound of
+    `solvers.bounds`."""
     bound = lower_bound(problem, objective)
-    if hint is None or violations(problem, hint, limit=1):
+    if hint is None:
         return Result(None, "unknown", None, bound, 0.0, "lns", objective, {"source": "none"})
     value = hint.objective(problem, objective)
     status = "optimal" if value <= bound else "feasible"
@@ -401,8 +402,7 @@ def improve_windows(
     topo = np.empty(n, dtype=np.int64)
     topo[problem.topological_order()] = np.arange(n)
     rng = np.random.default_rng(seed)
-    src, dst = problem.edges[:, 0], problem.edges[:, 1]
-    near = csr(n, np.concatenate([src, dst]), np.concatenate([dst, src]))[:2]  # predecessors and successors
+    near = neighbours(n, problem.edges)
     # windows of a few processors where tasks may change processor; where every task has its own
     # (pipelines), across all of them, as measured there
     few = num_processors > WINDOW_PROCESSORS and bool((problem.allowed.sum(axis=1) > 1).any())
@@ -467,10 +467,10 @@ def _window_processors(
     indptr, other = near
     tasks = dict.fromkeys([task, *beside, *other[indptr[task] : indptr[task + 1]].tolist()])
     chosen: dict[int, None] = {}
-    for task in tasks:
+    for t in tasks:
         if len(chosen) == WINDOW_PROCESSORS:
             break
-        chosen[int(processor[task])] = None
+        chosen[int(processor[t])] = None
     rest = rng.permutation(num_processors).tolist()
     while len(chosen) < WINDOW_PROCESSORS:
         chosen[rest.pop()] = None

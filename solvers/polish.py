@@ -66,7 +66,7 @@ import time
 
 import numpy as np
 
-from solvers.graph import csr, longest_to_sinks
+from solvers.graph import longest_to_sinks, neighbours
 from solvers.problem import OBJECTIVES, Problem, Result, Schedule
 from solvers.simulate import Deadlock, tight_chain, time_orders, timed_in_order
 from solvers.validate import violations
@@ -126,9 +126,8 @@ def polish(
     sink = np.bincount(problem.edges[:, 0], minlength=problem.num_tasks) == 0
     # tasks that may change processor: more than one allowed, and no affinity group to keep together
     movable = (problem.allowed.sum(axis=1) > 1) & (problem.group < 0)
-    src, dst = problem.edges[:, 0], problem.edges[:, 1]
     # each task's predecessors and successors, built once: a processor move looks them up per chain task
-    near = csr(problem.num_tasks, np.concatenate([src, dst]), np.concatenate([dst, src]))[:2] if movable.any() else None
+    near = neighbours(problem.num_tasks, problem.edges) if movable.any() else None
     tried = kept = sideways = full = restarts = 0
     optimum = False
     tabu: dict[int, int] = {}  # task -> the step until which it stays where a sideways move put it

@@ -296,14 +296,14 @@ def test_windows_of_a_few_processors_improve_a_polished_schedule_on_many():
 def test_a_window_spans_the_processors_of_its_task_and_its_neighbours_first():
     """`_window_processors`: the task's processor, then those of its neighbours on the chain, then
     those of its neighbours in the graph, then random ones, `WINDOW_PROCESSORS` in all."""
-    from solvers.graph import csr
+    from solvers.graph import neighbours
     from solvers.lns import WINDOW_PROCESSORS, _window_processors
 
     assert WINDOW_PROCESSORS == 4
     # task 2 on processor 5, its chain neighbours 1 and 3 on 7 and 5, its graph neighbour 4 on 9
     processor = np.array([0, 7, 5, 5, 9, 11, 12])
     edges = np.array([[2, 4], [0, 1]])
-    near = csr(7, np.concatenate([edges[:, 0], edges[:, 1]]), np.concatenate([edges[:, 1], edges[:, 0]]))[:2]
+    near = neighbours(7, edges)
     rng = np.random.default_rng(0)
     for _ in range(20):
         mask = _window_processors(processor, 2, [1, 2, 3], near, 16, rng)
