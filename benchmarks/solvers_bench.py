@@ -244,6 +244,7 @@ def against_saga(
     lns: float = 0.0,
     ils: float = 0.0,
     hash_seed: int = 0,
+    ccr: float = 1.0,
 ) -> None:
     """Per instance class (kind, equal or heterogeneous processors, tasks, processors), the median
     over ``seeds`` seeds of makespan and seconds: ours (``best``: `solvers.heuristics.candidates`;
@@ -253,7 +254,8 @@ def against_saga(
     `solvers.bounds`: LNS makes no whole-problem CP-SAT call there). With
     ``ils`` seconds, also `solvers.polish.ils` (best's schedule, or HEFT's with another rank weight
     where better, polished along its critical chain and kicked at each local optimum) with that time
-    limit. saga runs with ``PYTHONHASHSEED=hash_seed`` (see `run_saga`)."""
+    limit. saga runs with ``PYTHONHASHSEED=hash_seed`` (see `run_saga`). ``ccr``: the instances'
+    ratio of communication to computation (`instance`)."""
     from statistics import median
 
     from solvers.heuristics import best
@@ -275,7 +277,7 @@ def against_saga(
             for P in processor_counts:
                 cells: dict[str, list] = {}
                 for seed in range(seeds):
-                    problem, saga = instance(kind, n, P, seed, hetero=hetero)
+                    problem, saga = instance(kind, n, P, seed, ccr=ccr, hetero=hetero)
                     for name, run in (("best", best), ("heft", heft), ("list", list_schedule)):
                         fresh = dataclasses.replace(problem)  # what a problem computes once is not shared between runs
                         t0 = time.perf_counter()
@@ -389,7 +391,16 @@ def main() -> None:
         default="layered,erdos,layered-het,erdos-het",
         help="--saga: instance classes, -het for heterogeneous processors and links (default: all four)",
     )
+    parser.add_argument(
+        "--ccr",
+        type=float,
+        default=1.0,
+        help="--saga: the instances' ratio of communication to computation (default 1: delays uniform in 0..2x "
+        "the mean duration)",
+    )
     args = parser.parse_args()
+    if args.ccr < 0:
+        parser.error(f"--ccr: expected a ratio >= 0, got {args.ccr}")
     if args.saga:
         ints = lambda text: [int(x) for x in text.split(",")]  # noqa: E731
         against_saga(
@@ -401,6 +412,7 @@ def main() -> None:
             args.lns,
             args.ils,
             args.hash_seed,
+            args.ccr,
         )
         return
     scale = 10 if args.quick else 1
