@@ -221,10 +221,13 @@ def heft(
     priority: str | Sequence[float] | np.ndarray = "upward_rank",
     orders: Sequence[Sequence[int]] | None = None,
     time_limit: float | None = None,
+    ties: Sequence[int] | np.ndarray | None = None,
 ) -> Result:
     """HEFT (Topcuoglu et al., 2002): tasks in upward-rank order, each on the processor where it
     *finishes* first, inserted into the earliest idle gap there that is long enough after its data
-    arrives. O(V P g) for g the idle gaps scanned per placement (few on a busy processor: 196,608
+    arrives. Between processors where it finishes at the same time it takes the one where it starts
+    first (the slower), then the one of least ``ties[q]`` (one number per processor; by default the
+    least index). O(V P g) for g the idle gaps scanned per placement (few on a busy processor: 196,608
     pipeline tasks on 64 ranks take 2.2 s, as list scheduling does). Each processor keeps its last
     `MAX_GAPS` idle gaps; older ones are no longer offered (on a graph with fewer gaps this is
     exactly HEFT; it keeps g and each gap update bounded on a million tasks).
@@ -241,7 +244,12 @@ def heft(
         result = _schedule(problem, "heft", objective, priority, orders, time_limit)
         result.info["variant"] = "list placement (memory limits or fixed orders)"
         return result
-    return _schedule(problem, "heft", objective, priority, None, time_limit, insertion=True)
+    if ties is not None:
+        ties = np.asarray(ties)
+        if ties.shape != (problem.num_processors,):
+            expected = problem.num_processors
+            raise ValueError(f"ties: expected {expected} values, one per processor, got shape {ties.shape}")
+    return _schedule(problem, "heft", objective, priority, None, time_limit, insertion=True, ties=ties)
 
 
 def _schedule(
@@ -253,11 +261,12 @@ def _schedule(
     time_limit=None,
     insertion: bool = False,
     choice=None,
+    ties: np.ndarray | None = None,
 ) -> Result:
     """The list or insertion placement behind `list_schedule`, `heft` and the variants of
     `solvers.heuristics`. ``choice(allowed) -> (pinned, extra)`` (insertion only) gives each task a
     preferred processor (-1: none) and an (n, P) cost added to its finish time when choosing one
-    (or None)."""
+    (or None). ``ties`` (insertion only): see `_insert`."""
     t0 = time.perf_counter()
     problem.require_rigid(solver)
     if time_limit is not None and not time_limit > 0:  # also NaN
@@ -284,7 +293,7 @@ def _schedule(
     keys = _priority(problem, allowed, priority)
     if insertion:
         pinned, extra = choice(allowed) if choice is not None else (None, None)
-        placed = _insert(problem, allowed, keys, deadline, pinned, extra)
+        placed = _insert(problem, allowed, keys, deadline, pinned, extra, ties)
     else:
         placed = _place(problem, allowed, keys, chain, deadline)
         repairs = 0
@@ -466,11 +475,14 @@ def _insert(
     deadline: float = float("inf"),
     pinned: np.ndarray | None = None,
     extra: np.ndarray | None = None,
+    ties: np.ndarray | None = None,
 ) -> tuple[Schedule, list[list[int]]] | str:
     """HEFT's placement loop (memory-free problems): the ready task of highest priority goes where it
     finishes first, into the earliest gap of that processor that fits it after its data arrives; a
     task of an affinity group goes where its group went. A task with a ``pinned`` processor (>= 0)
-    goes there; with ``extra``, a processor is chosen by finish time plus ``extra[t, q]``."""
+    goes there; with ``extra``, a processor is chosen by finish time plus ``extra[t, q]``. Between
+    processors where it would finish at the same time, it goes where it starts first (the slower
+    one), then to the processor of least ``ties[q]`` (by default the least index)."""
     n, P = problem.num_tasks, problem.num_processors
     pptr, psrc, pdel, sptr, stgt, indeg = _adjacency(problem)
     fixed, pattern, patterns = _candidates(allowed)
@@ -478,6 +490,7 @@ def _insert(
     don, lnk = _speeds(problem)
     into = None if lnk is None else [list(col) for col in zip(*lnk, strict=True)]  # into[q][p]: link p -> q
     pin = pinned.tolist() if pinned is not None else [-1] * n
+    tie = ties.tolist() if ties is not None else list(range(P))
     # each processor's idle gaps before its last task, by time, and when its last task ends
     gap_starts: list[list[int]] = [[] for _ in range(P)]
     gap_ends: list[list[int]] = [[] for _ in range(P)]
@@ -514,7 +527,7 @@ def _insert(
                 c = end[u] if proc[u] == top_q else end[u] + pdel[k]
                 if c > other:
                     other = c
-        if lnk is None and don is None and cost is None and len(cands) > 1:
+        if lnk is None and don is None and cost is None and ties is None and len(cands) > 1:
             best = _earliest_of(cands, top, top_q, other, dur[t], gap_starts, gap_ends, tail)
         else:
             # where `top` and `other` do not say when the data is there: each predecessor's processor,
@@ -539,10 +552,10 @@ def _insert(
                 else:
                     s = _earliest_gap(gap_starts[q], gap_ends[q], tq, arrive, d)
                 f = s + d
-                option = (f + cost[q] if cost is not None else f, f, s, q)
+                option = (f + cost[q] if cost is not None else f, f, s, tie[q], q)
                 if best is None or option < best:
                     best = option
-        _, f, s, q = best
+        f, s, q = best[1], best[2], best[-1]
         tail[q] = _occupy(gap_starts[q], gap_ends[q], tail[q], s, f)
         proc[t], start[t], end[t] = q, s, f
         if group[t] >= 0:

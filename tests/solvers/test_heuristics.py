@@ -14,6 +14,7 @@ import solvers.heuristics
 from solvers import InvalidSchedule, Problem, Schedule, lower_bound, lower_bounds, solve, solver_names, validate
 from solvers.heuristics import (
     RANK_WEIGHTS,
+    TIE_ORDERS,
     best,
     candidates,
     cpop,
@@ -229,6 +230,47 @@ def test_every_heuristic_is_valid_and_above_the_bound_on_heterogeneous_problems(
         if r.schedule is not None:
             validate(p, r.schedule)
             assert r.objective >= r.lower_bound
+    chosen = best(p)  # the least of what it lists, processor orders for HEFT's ties included
+    listed = [v for v in chosen.info["candidates"].values() if isinstance(v, int)]
+    assert chosen.objective == (min(listed) if listed else None)
+
+
+def test_heft_breaks_ties_between_equal_finishes_by_the_order_given():
+    """Equal processors with unequal links (a heterogeneous problem): task 0 finishes at 2 on
+    either, and goes to the first of ``ties``."""
+    p = Problem.unrelated([[2, 2]], link=[[0, 2], [1, 0]])
+    assert heft(p).schedule.processor.tolist() == [0]
+    assert heft(p, ties=[1, 0]).schedule.processor.tolist() == [1]
+    with pytest.raises(ValueError, match="ties: expected 2 values"):
+        heft(p, ties=[0, 1, 2])
+    # where finishes are equal, the earlier start (the slower processor) comes before ``ties``
+    # (task 0 goes first, to processor 1; task 1 then ends at 4 on either, starting at 0 on processor 0)
+    slow = Problem.unrelated([[3, 3], [4, 1]], link=[[0, 1], [1, 0]])
+    assert heft(slow, ties=[1, 0]).schedule.processor.tolist() == [1, 0]
+
+
+def test_best_tries_processor_orders_for_ties_where_processors_or_links_differ():
+    """Three processors of one speed; the link between 0 and 1 is twice as slow as the others.
+    The candidates that break ties by index give 22 at best; two of the three random orders give 18
+    (found by random search)."""
+    p = Problem.unrelated(
+        np.array([[3, 4, 5, 2, 1, 2, 2, 5]] * 3).T,
+        edges=[[0, 1], [0, 6], [0, 7], [2, 4], [2, 5], [2, 7], [3, 4], [5, 6], [5, 7], [6, 7]],
+        delay=[9, 6, 8, 2, 7, 3, 4, 0, 6, 8],
+        link=[[2, 2, 1], [2, 2, 1], [1, 1, 2]],
+    )
+    r = best(p)
+    validate(p, r.schedule)
+    tied = {k: v for k, v in r.info["candidates"].items() if "ties" in k}
+    assert sorted(tied) == sorted(f"{h}-ties{k}" for h in ("heft", "heft-pairs") for k in range(1, TIE_ORDERS + 1))
+    assert r.objective == 18 and r.info["chosen"] == "heft-ties2"
+    assert min(v for k, v in r.info["candidates"].items() if k not in tied) == 22
+    # the candidate is HEFT with that seed's order of processors for its ties, and nothing else
+    order = np.random.default_rng(2).permutation(3)
+    assert heft(p, ties=order).objective == 18
+    # equal processors and links: a new order would only rename the processors, so none is tried
+    same = Problem(duration=[1, 2, 3], num_processors=3, edges=[[0, 2]], delay=[4])
+    assert not any("ties" in k for k in best(same).info["candidates"])
 
 
 @settings(max_examples=40, deadline=None)
