@@ -7,8 +7,9 @@ not model, the search starts from the hint with the bound of `solvers.bounds`; t
 each task's duration on each processor and each link's factor. Its schedule is polished by order
 moves on its critical chain (`solvers.polish`, at most `POLISH_SHARE` of the time left). Then each
 step picks ``window`` tasks that are consecutive in start order: every other step at a random
-position (``seed``), the others around a random task of the chain that fixes the objective now
-(`solvers.simulate.tight_chain`), where a change can shorten the schedule. Where tasks may change
+position (``seed``), the others around a task of the chain that fixes the objective now
+(`solvers.simulate.tight_chain`), where a change can shorten the schedule: half of those around one
+of its last `TAIL` tasks, where the chains that fix the objective meet (`_chain_position`). Where tasks may change
 processor, a window holds tasks of at most `WINDOW_PROCESSORS` processors, which they may move
 among: the chosen task's, those of its neighbours on the chain and in the graph, and random others
 to make up the number. On many processors that spans a longer stretch of time than a window across
@@ -411,7 +412,7 @@ def improve_windows(
         mask = None
         if steps % 2:  # every other window: around a task of the chain that fixes the objective
             chain = tight_chain(problem, current, objective)
-            i = int(rng.integers(0, len(chain)))
+            i = _chain_position(len(chain), steps, rng)
             task, beside = chain[i], chain[max(0, i - 2) : i + 3]
         elif few:  # around a random task, on the processors near it
             task, beside = int(rng.integers(0, n)), []
@@ -451,6 +452,28 @@ layered DAGs on 32 processors (seeds 0-2, 6 s of window steps after `polish`), w
 4 processors, and at 5,000 tasks by 1 to 7 units on any of the three. Where every task has its one
 processor (pipelines), windows stay across all processors: the multi-chunk rows were not shown to
 gain from fewer."""
+
+
+TAIL = 8
+"""Every other window around the critical chain is drawn among its last this many tasks.
+
+On a schedule of 5,000 tasks on 32 processors, 1,000 or more tasks have no slack: the chain
+`tight_chain` returns is one of many paths of equal length, and the makespan falls only when all
+of them get shorter. They meet at the end, where one task or a few end at the makespan (layered
+DAGs of `benchmarks/solvers_bench.py`, best's schedules, seeds 0-1: 1,087 and 1,218 tasks without
+slack, 1 ending at the makespan). 10 s of LNS, seeds 0-2, against windows anywhere on the chain:
+layered 5,000/32 1789/1763/1773 -> 1783/1763/1773, its heterogeneous twin 3094/3040/2734 ->
+3093/3040/2734, layered-het 1,000/32 873/897/881 -> 869/893/876, layered 1,000/32 677/679/645 ->
+686/676/638. One run each, with another benchmark on the other core; the search depends on
+timing. Every chain window at the end instead: layered 1,000/32 690/687/662, worse."""
+
+
+def _chain_position(length: int, steps: int, rng: np.random.Generator) -> int:
+    """Where on a critical chain of ``length`` tasks the window of step ``steps`` (an odd one) centres:
+    one of the last `TAIL` tasks on every other such step, anywhere on the others."""
+    if steps % 4 == 1:
+        return length - 1 - int(rng.integers(0, min(TAIL, length)))
+    return int(rng.integers(0, length))
 
 
 def _window_processors(

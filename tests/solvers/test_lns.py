@@ -312,6 +312,19 @@ def test_a_window_spans_the_processors_of_its_task_and_its_neighbours_first():
     assert mask.sum() == 4 and mask[[0, 7]].all()
 
 
+def test_every_other_chain_window_centres_on_the_end_of_the_chain():
+    """`_chain_position`: chain windows come on odd steps; steps 1, 5, 9, ... centre on one of the
+    chain's last `TAIL` tasks, steps 3, 7, ... anywhere on it (both ends reached)."""
+    from solvers.lns import TAIL, _chain_position
+
+    rng = np.random.default_rng(0)
+    tail = [_chain_position(100, step, rng) for step in range(1, 4000, 4)]
+    assert min(tail) == 100 - TAIL and max(tail) == 99
+    anywhere = [_chain_position(100, step, rng) for step in range(3, 4000, 4)]
+    assert min(anywhere) == 0 and max(anywhere) == 99
+    assert {_chain_position(3, 1, rng) for _ in range(50)} == {0, 1, 2}  # a chain shorter than TAIL
+
+
 @settings(max_examples=30, deadline=None)
 @given(heterogeneous(max_tasks=30, max_processors=4), st.sampled_from(["makespan", "span"]))
 def test_lns_on_heterogeneous_problems_is_valid_never_worse_and_above_the_bound(problem, objective):
