@@ -225,30 +225,33 @@ def heft(
 ) -> Result:
     """HEFT (Topcuoglu et al., 2002): tasks in upward-rank order, each on the processor where it
     *finishes* first, inserted into the earliest idle gap there that is long enough after its data
-    arrives. Between processors where it finishes at the same time it takes the one where it starts
-    first (the slower), then the one of least ``ties[q]`` (one number per processor; by default the
-    least index). O(V P g) for g the idle gaps scanned per placement (few on a busy processor: 196,608
+    arrives. O(V P g) for g the idle gaps scanned per placement (few on a busy processor: 196,608
     pipeline tasks on 64 ranks take 2.2 s, as list scheduling does). Each processor keeps its last
     `MAX_GAPS` idle gaps; older ones are no longer offered (on a graph with fewer gaps this is
     exactly HEFT; it keeps g and each gap update bounded on a million tasks).
 
+    Between processors where a task finishes at the same time it takes the one where it starts first
+    (the slower), then the one of least ``ties[q]`` (one number per processor; by default the least
+    index).
+
     Insertion reorders a processor's tasks after the fact, which memory limits do not survive (a
     processor's usage is no longer the running sum of its order): with memory, or with fixed
-    ``orders``, this is `list_schedule`'s placement (``info["variant"]`` says which ran).
+    ``orders``, this is `list_schedule`'s placement (``info["variant"]`` says which ran), and
+    ``ties`` is not used.
 
     >>> from solvers import Problem
     >>> heft(Problem(duration=[3, 1, 1], num_processors=2)).objective
     3
     """
+    if ties is not None:
+        ties = np.asarray(ties)
+        if ties.shape != (problem.num_processors,) or not np.isfinite(ties.astype(float)).all():
+            expected = problem.num_processors
+            raise ValueError(f"ties: expected {expected} finite numbers, one per processor, got {ties.tolist()}")
     if has_memory_limits(problem) or orders is not None:
         result = _schedule(problem, "heft", objective, priority, orders, time_limit)
         result.info["variant"] = "list placement (memory limits or fixed orders)"
         return result
-    if ties is not None:
-        ties = np.asarray(ties)
-        if ties.shape != (problem.num_processors,):
-            expected = problem.num_processors
-            raise ValueError(f"ties: expected {expected} values, one per processor, got shape {ties.shape}")
     return _schedule(problem, "heft", objective, priority, None, time_limit, insertion=True, ties=ties)
 
 

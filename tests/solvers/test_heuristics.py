@@ -241,8 +241,9 @@ def test_heft_breaks_ties_between_equal_finishes_by_the_order_given():
     p = Problem.unrelated([[2, 2]], link=[[0, 2], [1, 0]])
     assert heft(p).schedule.processor.tolist() == [0]
     assert heft(p, ties=[1, 0]).schedule.processor.tolist() == [1]
-    with pytest.raises(ValueError, match="ties: expected 2 values"):
-        heft(p, ties=[0, 1, 2])
+    for bad in ([0, 1, 2], [0, float("nan")]):
+        with pytest.raises(ValueError, match="ties: expected 2 finite numbers"):
+            heft(p, ties=bad)
     # where finishes are equal, the earlier start (the slower processor) comes before ``ties``
     # (task 0 goes first, to processor 1; task 1 then ends at 4 on either, starting at 0 on processor 0)
     slow = Problem.unrelated([[3, 3], [4, 1]], link=[[0, 1], [1, 0]])
