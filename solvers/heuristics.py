@@ -328,7 +328,9 @@ RANK_WEIGHTS = (0.0, 2.0)
 TIE_ORDERS = 3
 """On heterogeneous processors or links (and no memory limit), `best` also runs ``heft`` and
 ``heft-pairs`` with this many random processor orders (seeds 1 to 3) breaking ties between equal
-finishes: ``heft-ties<k>`` and ``heft-pairs-ties<k>``, 6 more HEFT runs. Processors of one speed tie
+finishes: ``heft-ties<k>`` and ``heft-pairs-ties<k>``, up to 6 more HEFT runs (an order by index,
+or one an earlier seed drew, is not run again: on 4 processors seed 1 draws the order by index, on 2
+only seed 3 differs). Processors of one speed tie
 often, and which one a task takes changes the rest of the schedule. saga's HEFT breaks such ties
 by the order of a Python set (it changes with ``PYTHONHASHSEED``): on a layered 100-task DAG on 8
 unequal processors with transfers 5 times the computation (`benchmarks/solvers_bench.py --ccr 5`,
@@ -338,8 +340,13 @@ the processors, and none is tried.
 Measured on the heterogeneous classes of `benchmarks/solvers_bench.py` (100 and 1,000 tasks, 4 to 32
 processors, ccr 0.1, 1 and 5, medians of 3 seeds): never worse, better on 13 of 30 classes, e.g.
 layered-het 100/8 at ccr 5 678 -> 661 (saga's best 635), 1,000/32 at ccr 1 899 -> 885, erdos-het
-1,000/32 at ccr 5 579 -> 577 (saga 578). `best` takes about twice as long there (1,000 tasks on 32
-processors: 0.17 s -> 0.34 s)."""
+1,000/32 at ccr 5 579 -> 577 (saga 578). `best` takes about twice as long there (layered-het, 1,000
+tasks on 32 processors, ccr 1: 0.17 s -> 0.31 s; `benchmarks/results/solvers_saga_ccr-2core-vm.txt`)."""
+
+
+def _tie_order(seed: int, processors: int) -> np.ndarray:
+    """The random order of ``processors`` processors for HEFT's ties of seed ``seed`` (`TIE_ORDERS`)."""
+    return np.random.default_rng(seed).permutation(processors)
 
 
 def pair_weight(processors: int) -> float:
@@ -364,7 +371,7 @@ def heft_ranked(weight: float, name: str | None = None, ties: int | None = None)
         if infeasible_reason(problem, allowed):  # heft says why
             return heft(problem, objective=objective, time_limit=time_limit)
         rank = upward_rank(problem, allowed, weight)
-        order = None if ties is None else np.random.default_rng(ties).permutation(problem.num_processors)
+        order = None if ties is None else _tie_order(ties, problem.num_processors)
         result = heft(problem, objective=objective, priority=rank, time_limit=time_limit, ties=order)
         return dataclasses.replace(result, solver=name)
 
@@ -394,9 +401,13 @@ def candidates(problem: Problem) -> list[tuple[str, object]]:
     P = problem.num_processors
     if P > 1:
         runs.append(heft_ranked(pair_weight(P), "heft-pairs"))
-    if problem.is_heterogeneous and P > 2 and not has_memory_limits(problem):
+    if problem.is_heterogeneous and P > 1 and not has_memory_limits(problem):
+        seen = {tuple(range(P))}  # an order already run (by index, or by an earlier seed) is not run again
         for k in range(1, TIE_ORDERS + 1):
-            runs += [heft_ranked(1.0, f"heft-ties{k}", k), heft_ranked(pair_weight(P), f"heft-pairs-ties{k}", k)]
+            order = tuple(_tie_order(k, P).tolist())
+            if order not in seen:
+                seen.add(order)
+                runs += [heft_ranked(1.0, f"heft-ties{k}", k), heft_ranked(pair_weight(P), f"heft-pairs-ties{k}", k)]
     return runs
 
 

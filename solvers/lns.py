@@ -9,11 +9,11 @@ moves on its critical chain (`solvers.polish`, at most `POLISH_SHARE` of the tim
 step picks ``window`` tasks that are consecutive in start order: every other step at a random
 position (``seed``), the others around a task of the chain that fixes the objective now
 (`solvers.simulate.tight_chain`), where a change can shorten the schedule: half of those around one
-of its last `TAIL` tasks, where the chains that fix the objective meet (`_chain_position`). Where tasks may change
-processor, a window holds tasks of at most `WINDOW_PROCESSORS` processors, which they may move
-among: the chosen task's, those of its neighbours on the chain and in the graph, and random others
-to make up the number. On many processors that spans a longer stretch of time than a window across
-all of them, in a smaller model.
+of its last `TAIL` tasks, where the chains that fix the objective meet (`_chain_position`).
+Where tasks may change processor, a window holds tasks of at most `WINDOW_PROCESSORS` processors,
+which they may move among: the chosen task's, those of its neighbours on the chain and in the
+graph, and random others to make up the number. On many processors that spans a longer stretch of
+time than a window across all of them, in a smaller model.
 
 A step's model holds the window only (`solvers.cpsat.reoptimize_window`): every other task stays
 where it is, the window's tasks may change order (and processor, unless they move memory) within the
