@@ -12,10 +12,13 @@
 - `fcp` (Radulescu and van Gemund, 1999): bottom-level priority among at most P ready tasks, each
   appended to the processor that comes idle first or to the one its last message comes from.
   O(V (P + log P) + E).
+- `cpop_ends`: CPoP with saga's downward rank, which runs to each task's end
+  (`downward_rank_to_ends`); every task of the greatest priority goes to the critical processor.
 - `best`: `heft`, `list_schedule`, `cpop`, `peft` and `fcp` in turn within the time limit, then FCP
   and HEFT again with the transfers of their priority weighted 0 and 2 (`RANK_WEIGHTS`, candidates
-  ``fcp-t0``, ``fcp-t2``, ``heft-t0`` and ``heft-t2``), and HEFT with the link cost averaged over
-  pairs that include a processor with itself (`pair_weight`, ``heft-pairs``). On unequal processors
+  ``fcp-t0``, ``fcp-t2``, ``heft-t0`` and ``heft-t2``), HEFT with the link cost averaged over
+  pairs that include a processor with itself (`pair_weight`, ``heft-pairs``) and ``cpop-ends``
+  (`cpop_ends`: it wins where transfers dominate). On unequal processors
   or links, ``heft`` and ``heft-pairs`` run again with `TIE_ORDERS` random processor orders
   breaking ties between equal finishes (``heft-ties<k>``, ``heft-pairs-ties<k>``). The schedule of
   least objective is returned, and ``info["candidates"]`` lists what each gave (`candidates`).
@@ -42,7 +45,7 @@ Example
 [10, 10]
 >>> r = best(p)
 >>> r.objective, sorted(r.info["candidates"])
-(10, ['cpop', 'fcp', 'fcp-t0', 'fcp-t2', 'heft', 'heft-pairs', 'heft-t0', 'heft-t2', 'list', 'peft'])
+(10, ['cpop', 'cpop-ends', 'fcp', 'fcp-t0', 'fcp-t2', 'heft', 'heft-pairs', 'heft-t0', 'heft-t2', 'list', 'peft'])
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ from collections import deque
 import numpy as np
 
 from solvers.bounds import lower_bound
-from solvers.graph import csr, longest_to_sinks
+from solvers.graph import csr, longest_from_sources, longest_to_sinks
 from solvers.listsched import (
     _adjacency,
     _arrival,
@@ -69,6 +72,7 @@ from solvers.listsched import (
     heft,
     infeasible_reason,
     list_schedule,
+    mean_delays,
     mean_durations,
     upward_rank,
 )
@@ -133,17 +137,70 @@ def cpop(problem: Problem, /, *, objective: str = "makespan", time_limit: float 
         return total
 
     def choice(allowed: np.ndarray) -> tuple[np.ndarray, None]:
-        path = critical_path(problem, allowed, total)
-        pinned = np.full(problem.num_tasks, -1, dtype=np.int64)
-        if len(path):
-            on = problem.duration_on if problem.duration_on is not None else problem.duration[:, None]
-            work = np.where(allowed[path], on[path], 0).sum(axis=0)
-            q = int(np.lexsort((work, -allowed[path].sum(axis=0)))[0])  # most path tasks, then fastest
-            here = path[allowed[path, q]]
-            pinned[here] = q
-        return pinned, None
+        return _on_one_processor(problem, allowed, critical_path(problem, allowed, total)), None
 
     return _run(problem, "cpop", objective, keys, choice, time_limit)
+
+
+def _on_one_processor(problem: Problem, allowed: np.ndarray, path: np.ndarray) -> np.ndarray:
+    """CPoP's pins: the ``path`` tasks on the processor allowed to the most of them, then the one
+    that runs them fastest, then the lowest index (-1 for every other task, and for a path task
+    not allowed there)."""
+    pinned = np.full(problem.num_tasks, -1, dtype=np.int64)
+    if len(path):
+        on = problem.duration_on if problem.duration_on is not None else problem.duration[:, None]
+        work = np.where(allowed[path], on[path], 0).sum(axis=0)
+        q = int(np.lexsort((work, -allowed[path].sum(axis=0)))[0])  # most path tasks, then fastest
+        pinned[path[allowed[path, q]]] = q
+    return pinned
+
+
+def downward_rank_to_ends(problem: Problem, allowed: np.ndarray | None = None) -> np.ndarray:
+    """saga's CPoP downward rank: the longest path from the end of a source to the end of each task
+    (mean durations and transfers, as `solvers.listsched.downward_rank`), 0 at a source. Against the
+    usual one (to the task's start, its source's duration counted) it counts the task's own
+    duration and not its source's. In units of 1/64 of a time step.
+
+    >>> from solvers import Problem
+    >>> p = Problem(duration=[1, 5, 2, 1], num_processors=1, edges=[[0, 1], [0, 2], [1, 3], [2, 3]])
+    >>> (downward_rank_to_ends(p) / 64).tolist()
+    [0.0, 5.0, 2.0, 6.0]
+    """
+    allowed = effective_allowed(problem) if allowed is None else allowed
+    dur = mean_durations(problem, allowed)
+    source = np.bincount(problem.edges[:, 1], minlength=problem.num_tasks) == 0
+    inner = np.where(source, 0, dur)
+    order = problem.topological_order()
+    return longest_from_sources(order, problem.num_tasks, problem.edges, inner, mean_delays(problem, allowed)) + inner
+
+
+def cpop_ends(problem: Problem, /, *, objective: str = "makespan", time_limit: float | None = None) -> Result:
+    """CPoP as saga ranks it: priority is the upward rank plus `downward_rank_to_ends`, and every
+    task whose priority is the greatest goes to the critical processor (`cpop`'s choice of it); the
+    rest go where they finish first, inserted into idle gaps. `best` runs it as ``cpop-ends``. With
+    transfers 5 times the computation (`benchmarks/solvers_bench.py --ccr 5`, layered, 1,000 tasks,
+    seeds 0-2) it gave 1734, 1742 and 1656 on 8 processors, where `best`'s other candidates gave
+    1771, 1750 and 1698 (saga's CPoP: 1695, 1763 and 1737), and 1652, 1776 and 1658 on 32 (1688, 1672
+    and 1699). Of the 6 classes tried at each ratio (layered and erdos, 100 and 1,000 tasks, 8 and 32
+    processors), it beat the others on those two at ccr 5 and on none at ccr 1 and 0.1.
+
+    >>> from solvers import Problem
+    >>> cpop_ends(Problem(duration=[3, 1, 1], num_processors=2)).objective
+    3
+    """
+    allowed = effective_allowed(problem)
+    total = np.zeros(0)
+
+    def keys() -> np.ndarray:
+        nonlocal total
+        total = upward_rank(problem, allowed) + downward_rank_to_ends(problem, allowed)
+        return total
+
+    def choice(allowed: np.ndarray) -> tuple[np.ndarray, None]:
+        top = np.flatnonzero(total == total.max()) if len(total) else np.zeros(0, dtype=np.int64)
+        return _on_one_processor(problem, allowed, top), None
+
+    return _run(problem, "cpop-ends", objective, keys, choice, time_limit)
 
 
 def optimistic_cost_table(problem: Problem, allowed: np.ndarray | None = None) -> np.ndarray:
@@ -401,6 +458,7 @@ def candidates(problem: Problem) -> list[tuple[str, object]]:
     P = problem.num_processors
     if P > 1:
         runs.append(heft_ranked(pair_weight(P), "heft-pairs"))
+    runs.append(("cpop-ends", cpop_ends))
     if problem.is_heterogeneous and P > 1 and not has_memory_limits(problem):
         seen = {tuple(range(P))}  # an order already run (by index, or by an earlier seed) is not run again
         for k in range(1, TIE_ORDERS + 1):

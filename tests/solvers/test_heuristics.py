@@ -7,7 +7,7 @@ import doctest
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import solvers.heuristics
@@ -18,7 +18,9 @@ from solvers.heuristics import (
     best,
     candidates,
     cpop,
+    cpop_ends,
     critical_path,
+    downward_rank_to_ends,
     fcp,
     fcp_ranked,
     heft_ranked,
@@ -62,6 +64,7 @@ def test_cpop_peft_fcp_best_are_valid_above_the_bound_and_best_is_the_least(p):
     if p.num_processors > 1:  # and HEFT with the link cost averaged over pairs with a processor and itself
         w = (p.num_processors - 1) / (p.num_processors + 1)
         results["heft-pairs"] = heft(p, priority=upward_rank(p, effective_allowed(p), transfer_weight=w))
+    results["cpop-ends"] = cpop_ends(p)
     for r in [*results.values(), chosen]:
         validate(p, r.schedule)
         assert r.objective >= r.lower_bound == lower_bound(p)
@@ -109,7 +112,9 @@ def test_best_keeps_the_one_variant_that_wins(duration, processors, edges, delay
     r = best(p)
     validate(p, r.schedule)
     assert (r.objective, r.info["chosen"]) == (value, winner)
-    assert all(v > value for k, v in r.info["candidates"].items() if k != winner)
+    # the others give more, or were skipped once the winner reached the bound
+    assert all(v > value if isinstance(v, int) else v == "skipped: optimal found"
+               for k, v in r.info["candidates"].items() if k != winner)  # fmt: skip
     # the variant is the heuristic with its priority's transfers weighted so, and nothing else
     name, run = {"fcp-t0": fcp_ranked(0.0), "fcp-t2": fcp_ranked(2.0)}.get(winner) or heft_ranked(
         pair_weight(processors), "heft-pairs"
@@ -173,6 +178,40 @@ def test_cpop_runs_its_critical_path_on_one_processor():
     r = cpop(p)
     validate(p, r.schedule)
     assert len(set(r.schedule.processor[path].tolist())) == 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(comm_dags())
+def test_downward_rank_to_ends_is_the_longest_path_from_a_sources_end_to_the_tasks_end(p):
+    """Every path from a source to the task, enumerated: its tasks' mean durations but the
+    source's, plus its edges' mean transfers; 0 at a source."""
+    from solvers.listsched import mean_delays, mean_durations
+
+    allowed = effective_allowed(p)
+    assume(allowed.any(axis=1).all())  # every task may run somewhere (else no rank is computed)
+    dur, weight = mean_durations(p, allowed), mean_delays(p, allowed)
+    into: dict[int, list[tuple[int, int]]] = {}
+    for k, (u, v) in enumerate(p.edges.tolist()):
+        into.setdefault(v, []).append((u, int(weight[k])))
+
+    def longest(t: int) -> int:  # over the paths from a source to t, t's duration counted, the source's not
+        return max((longest(u) + w + int(dur[t]) for u, w in into.get(t, [])), default=0)
+
+    assert downward_rank_to_ends(p, allowed).tolist() == [longest(t) for t in range(p.num_tasks)]
+
+
+def test_cpop_ends_wins_where_the_other_heuristics_do_not():
+    """0 (5) feeds 2 (2), 1 (5) feeds 5 (2) over a transfer of 10, 3 (2) feeds 4 (2) over 6; two
+    processors. Every other candidate of `best` gives 10; ``cpop-ends`` gives 9, the bound (found by
+    random search). Its greatest-priority tasks (1 and 5: 5 + 10 + 2 counted from 1's start) share a
+    processor, so 5 pays no transfer."""
+    p = Problem(duration=[5, 5, 2, 2, 2, 2], num_processors=2, edges=[[0, 2], [1, 5], [3, 4]], delay=[2, 10, 6])
+    r = best(p)
+    validate(p, r.schedule)
+    assert (r.objective, r.info["chosen"], r.status) == (9, "cpop-ends", "optimal")
+    assert min(v for k, v in r.info["candidates"].items() if k != "cpop-ends") == 10
+    assert r.schedule.processor[1] == r.schedule.processor[5]
+    assert cpop_ends(p).objective == 9
 
 
 def test_peft_looks_ahead_where_heft_does_not():
