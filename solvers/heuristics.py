@@ -14,14 +14,15 @@
   O(V (P + log P) + E).
 - `cpop_ends`: CPoP with saga's downward rank, which runs to each task's end
   (`downward_rank_to_ends`); every task of the greatest priority goes to the critical processor.
+  O(V P g + E) like `cpop`.
 - `best`: `heft`, `list_schedule`, `cpop`, `peft` and `fcp` in turn within the time limit, then FCP
   and HEFT again with the transfers of their priority weighted 0 and 2 (`RANK_WEIGHTS`, candidates
   ``fcp-t0``, ``fcp-t2``, ``heft-t0`` and ``heft-t2``), HEFT with the link cost averaged over
-  pairs that include a processor with itself (`pair_weight`, ``heft-pairs``) and ``cpop-ends``
-  (`cpop_ends`: it wins where transfers dominate). On unequal processors
-  or links, ``heft`` and ``heft-pairs`` run again with `TIE_ORDERS` random processor orders
-  breaking ties between equal finishes (``heft-ties<k>``, ``heft-pairs-ties<k>``). The schedule of
-  least objective is returned, and ``info["candidates"]`` lists what each gave (`candidates`).
+  pairs that include a processor with itself (`pair_weight`, ``heft-pairs``), and ``cpop-ends``
+  (`cpop_ends`, which wins where transfers dominate). On unequal processors or links, ``heft``
+  and ``heft-pairs`` run again with `TIE_ORDERS` random processor orders breaking ties between
+  equal finishes (``heft-ties<k>``, ``heft-pairs-ties<k>``). The schedule of least objective is
+  returned, and ``info["candidates"]`` lists what each gave (`candidates`).
 
   Why the variants: HEFT's schedule depends on how its rank weighs transfers before anything is
   placed (Zhao and Sakellariou, 2003, compared mean, best- and worst-case weights and found no
