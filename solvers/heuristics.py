@@ -129,18 +129,29 @@ def cpop(problem: Problem, /, *, objective: str = "makespan", time_limit: float 
     >>> cpop(Problem(duration=[3, 1, 1], num_processors=2)).objective
     3
     """
+
+    def path(allowed: np.ndarray, total: np.ndarray) -> np.ndarray:  # one critical path
+        return critical_path(problem, allowed, total)
+
+    return _cpop(problem, "cpop", downward_rank, path, objective, time_limit)
+
+
+def _cpop(problem: Problem, name: str, down, path, objective: str, time_limit: float | None) -> Result:
+    """`cpop` and `cpop_ends`: priority is the upward rank plus ``down(problem, allowed)``; the tasks
+    ``path(allowed, priority)`` go to one processor (`_on_one_processor`), the rest where they finish
+    first."""
     allowed = effective_allowed(problem)
     total = np.zeros(0)
 
     def keys() -> np.ndarray:
         nonlocal total
-        total = upward_rank(problem, allowed) + downward_rank(problem, allowed)
+        total = upward_rank(problem, allowed) + down(problem, allowed)
         return total
 
     def choice(allowed: np.ndarray) -> tuple[np.ndarray, None]:
-        return _on_one_processor(problem, allowed, critical_path(problem, allowed, total)), None
+        return _on_one_processor(problem, allowed, path(allowed, total)), None
 
-    return _run(problem, "cpop", objective, keys, choice, time_limit)
+    return _run(problem, name, objective, keys, choice, time_limit)
 
 
 def _on_one_processor(problem: Problem, allowed: np.ndarray, path: np.ndarray) -> np.ndarray:
@@ -189,19 +200,11 @@ def cpop_ends(problem: Problem, /, *, objective: str = "makespan", time_limit: f
     >>> cpop_ends(Problem(duration=[3, 1, 1], num_processors=2)).objective
     3
     """
-    allowed = effective_allowed(problem)
-    total = np.zeros(0)
 
-    def keys() -> np.ndarray:
-        nonlocal total
-        total = upward_rank(problem, allowed) + downward_rank_to_ends(problem, allowed)
-        return total
+    def top(allowed: np.ndarray, total: np.ndarray) -> np.ndarray:  # every task of the greatest priority
+        return np.flatnonzero(total == total.max()) if len(total) else np.zeros(0, dtype=np.int64)
 
-    def choice(allowed: np.ndarray) -> tuple[np.ndarray, None]:
-        top = np.flatnonzero(total == total.max()) if len(total) else np.zeros(0, dtype=np.int64)
-        return _on_one_processor(problem, allowed, top), None
-
-    return _run(problem, "cpop-ends", objective, keys, choice, time_limit)
+    return _cpop(problem, "cpop-ends", downward_rank_to_ends, top, objective, time_limit)
 
 
 def optimistic_cost_table(problem: Problem, allowed: np.ndarray | None = None) -> np.ndarray:
