@@ -390,13 +390,12 @@ TIE_ORDERS = 3
 """On heterogeneous processors or links (and no memory limit), `best` also runs ``heft`` and
 ``heft-pairs`` with this many random processor orders (seeds 1 to 3) breaking ties between equal
 finishes: ``heft-ties<k>`` and ``heft-pairs-ties<k>``, up to 6 more HEFT runs (an order by index,
-or one an earlier seed drew, is not run again: on 4 processors seed 1 draws the order by index, on 2
-only seed 3 differs). Processors of one speed tie
-often, and which one a task takes changes the rest of the schedule. saga's HEFT breaks such ties
-by the order of a Python set (it changes with ``PYTHONHASHSEED``): on a layered 100-task DAG on 8
-unequal processors with transfers 5 times the computation (`benchmarks/solvers_bench.py --ccr 5`,
-seed 0) it gave 635 where ours gave 727. On equal processors and links a new order only renames
-the processors, and none is tried.
+or one an earlier seed drew, is not run again: on 4 processors seed 1 draws the order by index, on
+2 only seed 3 differs). Processors of one speed tie often, and which one a task takes changes the
+rest of the schedule. saga's HEFT breaks such ties by the order of a Python set (it changes with
+``PYTHONHASHSEED``): on a layered 100-task DAG on 8 unequal processors with transfers 5 times the
+computation (`benchmarks/solvers_bench.py --ccr 5`, seed 0) it gave 635 where ours gave 727. On
+equal processors and links a new order only renames the processors, and none is tried.
 
 Measured on the heterogeneous classes of `benchmarks/solvers_bench.py` (100 and 1,000 tasks, 4 to 32
 processors, ccr 0.1, 1 and 5, medians of 3 seeds): never worse, better on 13 of 30 classes, e.g.
