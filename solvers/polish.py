@@ -100,14 +100,18 @@ def polish(
     seed: int = 0,
     bound: int = 0,
     kicks: bool = False,
+    effort: int | None = None,
 ) -> Result:
     """Improve the orders of a valid ``schedule`` by moves on its critical chain (see the module text)
     for at most ``time_limit`` seconds, or until the objective reaches a known lower ``bound``. With
     ``kicks``, a local optimum does not end the search: a few random tasks of the best schedule so far
     are moved (to another allowed processor, or past the next task on theirs) and the search goes on
-    from there, until the time limit (iterated local search; `ils`). The result is valid and never
-    worse than ``schedule``; ``info`` counts the moves tried, kept and taken sideways (and the kicks),
-    and says whether a local optimum was reached. ``ValueError`` for an invalid schedule."""
+    from there, until the time limit (iterated local search; `ils`). With ``effort``, the search also
+    stops once it has timed that many tasks (`_Timing.work`: a full timing or a scan of the chain
+    counts every task, a trial the tasks it re-times): a limit that does not depend on the machine's
+    speed, so the result does not either. The result is valid and never worse than ``schedule``;
+    ``info`` counts the moves tried, kept and taken sideways (and the kicks), the tasks timed
+    (``work``), and says whether a local optimum was reached. ``ValueError`` for an invalid schedule."""
     t0 = time.perf_counter()
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r}; valid: {', '.join(OBJECTIVES)}")
@@ -133,8 +137,14 @@ def polish(
     tabu: dict[int, int] = {}  # task -> the step until which it stays where a sideways move put it
     best = (key, orders, current)
     step = 0
-    while time.perf_counter() - t0 < time_limit and key[0] > bound:
+    size = problem.num_tasks + len(problem.edges)
+
+    def spent() -> bool:
+        return time.perf_counter() - t0 >= time_limit or (effort is not None and timing.work >= effort)
+
+    while not spent() and key[0] > bound:
         step += 1
+        timing.work += size  # the chain, and each task's place
         chain = tight_chain(problem, current, objective)
         where = {t: (q, k) for q, order in enumerate(orders) for k, t in enumerate(order)}
         far, close = _moves(chain, where, orders)
@@ -147,7 +157,7 @@ def polish(
         far.sort(key=lambda m: not sink[orders[m[0]][m[1]]])
         moves = across + [(q, k, q, to) for q, k, to in far + close]
         better = level = None
-        timed_here, ranked = 0, False
+        timed_here, ranked, cut = 0, False, False
         for i, (q, k, dest, to) in enumerate(moves):
             if timed_here == FIRST and not ranked:
                 # none of the first few did: the likely ones of the rest first, by the longest path
@@ -155,7 +165,8 @@ def polish(
                 tail, ranked = timing.tails(), True
                 moves[i:] = sorted(moves[i:], key=lambda m: timing.estimate(orders, *m, tail))
                 q, k, dest, to = moves[i]
-            if time.perf_counter() - t0 >= time_limit:
+            if spent():
+                cut = True  # the step ends unfinished: no sign of a local optimum
                 break
             task = orders[q][k]
             if tabu.get(task, 0) >= step:
@@ -175,6 +186,7 @@ def polish(
                 continue
             if scored is None:  # the keys of the timing order ran out of room: time it in full
                 full += 1
+                timing.work += size
                 try:
                     timed = time_orders(problem, trial)
                 except Deadlock:
@@ -193,6 +205,8 @@ def polish(
             if key < best[0]:
                 best, sideways = (key, orders, current), 0
             continue
+        if cut:
+            break
         if level is None or sideways >= SIDEWAYS:
             optimum = optimum or level is None
             if not kicks:
@@ -216,6 +230,7 @@ def polish(
         # earliest starts can lengthen a span (a first task moved earlier): keep what was given
         current, value = schedule, given
     info = {"tried": tried, "timed_in_full": full, "kept": kept, "sideways": sideways, "local_optimum": optimum}
+    info["work"] = timing.work
     if kicks:
         info["kicks"] = restarts
     return Result(current, "feasible", value, 0, time.perf_counter() - t0, "polish", objective, info)
@@ -415,11 +430,13 @@ class _Timing:
         self.link = None if problem.link is None else problem.link.tolist()
         self.duration_on = None if problem.duration_on is None else problem.duration_on.tolist()
         self.problem = problem
+        self.work = 0  # tasks timed so far: a full timing counts all of them, a trial those it re-times
         self.reset(orders)
 
     def reset(self, orders: list[list[int]]) -> Schedule:
         """Time ``orders`` in full (`Deadlock` if they cannot run) and return the schedule."""
         schedule, timed = timed_in_order(self.problem, orders)
+        self.work += len(timed) + len(self.problem.edges)
         self.proc, self.start = schedule.processor.tolist(), schedule.start.tolist()
         self.dur = self.problem.durations_on(schedule.processor).tolist()
         self.key = [0.0] * len(self.proc)
@@ -487,8 +504,10 @@ class _Timing:
         heap = [(kt, t)] + [(moved.get(x, key[x]), x) for x in (b, d) if x >= 0]
         heapq.heapify(heap)
         queued = {t, b, d}
+        self.work += len(orders)  # the score, below
         while heap:
             _, v = heapq.heappop(heap)
+            self.work += 1
             pv = dest if v == t else proc[v]
             p = prev[v] if v in prev else self.prev[v]
             s = (new.get(p, start[p]) + (dt if p == t else dur[p])) if p >= 0 else 0
@@ -584,6 +603,7 @@ class _Timing:
         """Per task: the longest way from its start to the end of the schedule (its duration, then
         its processor successor's tail or a successor's paid delay and tail)."""
         n = len(self.proc)
+        self.work += n + len(self.problem.edges)
         proc = np.asarray(self.proc, dtype=np.int64)
         dur = np.asarray(self.dur, dtype=np.int64)
         chained = np.flatnonzero(np.asarray(self.next) >= 0)

@@ -220,3 +220,25 @@ def test_kicks_leave_a_local_optimum():
     kicked = solve(problem, "ils", time_limit=2)
     assert kicked.objective < alone.objective <= start.objective
     assert kicked.info["kicks"] > 0
+
+
+def test_polish_stops_at_its_effort_and_gives_the_same_schedule_each_time():
+    """``effort`` counts the tasks timed, not seconds: two runs give the same schedule, a larger
+    effort is never worse, and the count ends within one step's work of the limit."""
+    rng = np.random.default_rng(3)
+    n = 300
+    edges = np.unique(np.sort(rng.integers(0, n, size=(2 * n, 2)), axis=1), axis=0)
+    edges = edges[edges[:, 0] < edges[:, 1]]
+    p = Problem(duration=rng.integers(1, 21, n), num_processors=8, edges=edges, delay=rng.integers(0, 21, len(edges)))
+    start = list_schedule(p)
+    size = n + len(edges)
+    runs = [polish(p, start.schedule, time_limit=1e9, effort=e * size) for e in (0, 5, 5, 20)]
+    for r in runs:
+        validate(p, r.schedule)
+    assert runs[0].objective == start.objective and runs[0].info["tried"] == 0  # spent before the first step
+    same = runs[1].schedule, runs[2].schedule
+    assert np.array_equal(same[0].start, same[1].start) and np.array_equal(same[0].processor, same[1].processor)
+    assert runs[1].info == runs[2].info
+    assert runs[3].objective < runs[1].objective < start.objective  # 379 < 382 < 383
+    for r, e in zip(runs[1:], (5, 5, 20), strict=True):  # stopped by the effort, not at an optimum
+        assert not r.info["local_optimum"] and e * size <= r.info["work"] < (e + 3) * size
