@@ -252,7 +252,7 @@ def against_saga(
     HEFT, CPoP and FCP, with our lower bound. With ``lns`` seconds, also CP-SAT LNS from best's
     schedule, with 1 worker, and its proven bound (on heterogeneous processors, that of
     `solvers.bounds`: LNS makes no whole-problem CP-SAT call there). With
-    ``ils`` seconds, also `solvers.polish.ils` (best's schedule, or HEFT's with another rank weight
+    ``ils`` seconds, also `solvers.ils.ils` (best's schedule, or HEFT's with another rank weight
     where better, polished along its critical chain and kicked at each local optimum) with that time
     limit. saga runs with ``PYTHONHASHSEED=hash_seed`` (see `run_saga`). ``ccr``: the instances'
     ratio of communication to computation (`instance`)."""
@@ -286,7 +286,7 @@ def against_saga(
                         validate(problem, result.schedule)
                     cells.setdefault("bound", []).append((0.0, result.lower_bound))
                     if ils:
-                        from solvers.polish import ils as iterated
+                        from solvers.ils import ils as iterated
 
                         fresh = dataclasses.replace(problem)
                         t0 = time.perf_counter()
@@ -377,7 +377,7 @@ def main() -> None:
         type=float,
         default=0.0,
         metavar="SECONDS",
-        help="--saga: also iterated local search from best's schedule (solvers.polish.ils) with this time limit",
+        help="--saga: also iterated local search from best's schedule (solvers.ils.ils) with this time limit",
     )
     parser.add_argument(
         "--hash-seed",

@@ -391,14 +391,22 @@ RANK_WEIGHTS = (0.0, 2.0)
 
 
 POLISH_EFFORT = 3
-"""`best` polishes the best heuristic's schedule (`solvers.polish.polish`) until it has timed this
-many times ``(tasks + edges) * processors`` tasks (``effort``), about what the heuristics cost
-together on equal processors: a limit that does not depend on the machine, so `best` stays
-deterministic. On the random DAGs of `benchmarks/solvers_bench.py` (3 seeds, medians) it took the
-four classes where the heuristics alone were above saga's best heuristic to or below it: layered
-100 tasks on 32 processors 215 -> 204 (saga's FCP 205), 1,000 on 32 725 -> 717 (saga's 720);
-at ten times the transfers, layered on 8 unequal processors 661 -> 630 (saga's HEFT 635); at a
-tenth, layered 100 on 32 163 -> 161 (saga's 161). With 2 it reached 205, 717, 641 and 163."""
+"""`best` polishes the best heuristic's schedule (`solvers.polish.polish`) until it has timed
+``POLISH_EFFORT * min(tasks + edges, POLISH_SIZE) * processors`` tasks (its ``effort``): up to
+1,000 tasks about what the heuristics cost together on equal processors. A count, not seconds,
+so `best` stays deterministic. On the random DAGs of `benchmarks/solvers_bench.py` (3 seeds,
+medians) it took the four classes of 100 and 1,000 tasks where the heuristics alone were above
+saga's best heuristic to or below it: layered 100 tasks on 32 processors 215 -> 204 (saga's FCP
+205), 1,000 on 32 725 -> 717 (saga's 720); with transfers 5 times the computation, layered 100 on
+8 unequal processors 661 -> 630 (saga's HEFT 635); with a tenth, layered 100 on 32 163 -> 161
+(saga's 161). With 2 instead of 3: 205, 717, 641 and 163. It costs time: `best` on layered 1,000
+tasks, 32 processors, went from 0.08 to 0.42 s (saga's HEFT: 0.47 s)."""
+
+POLISH_SIZE = 4000
+"""Above this many tasks plus edges `best`'s polishing effort stops growing. On layered 5,000-task
+DAGs on 32 processors (3 seeds) 3 times the full size took `best` from 0.6 to 2.5 s for 1777 ->
+1774, and nothing on unequal processors, where `best` alone takes 1.6 s: moves on the critical
+chain rarely help where a thousand tasks have no slack (`solvers.lns`)."""
 
 TIE_ORDERS = 3
 """On heterogeneous processors or links (and no memory limit), `best` also runs ``heft`` and
@@ -436,7 +444,7 @@ def pair_weight(processors: int) -> float:
 def heft_ranked(weight: float, name: str | None = None, ties: int | None = None):
     """``(name, run)``: ``run`` is `heft` whose upward rank weighs transfers by ``weight``, and its
     result and ``name`` say ``heft-t<weight>`` unless ``name`` is given (used by `best` and
-    `solvers.polish.ils`). With ``ties``, equal finishes go to processors in the random order of
+    `solvers.ils.ils`). With ``ties``, equal finishes go to processors in the random order of
     that seed (`heft`'s ``ties``; see `TIE_ORDERS`)."""
     name = name or f"heft-t{weight:g}"
 
@@ -522,6 +530,7 @@ def best(problem: Problem, /, *, objective: str = "makespan", time_limit: float 
     bound = max(r.lower_bound for r in results)
     if chosen is not None and chosen.objective > bound and not problem.is_moldable:
         left = deadline - time.perf_counter()
+        size = min(problem.num_tasks + len(problem.edges), POLISH_SIZE)
         if left > 0:
             polished = polish(
                 problem,
@@ -529,7 +538,7 @@ def best(problem: Problem, /, *, objective: str = "makespan", time_limit: float 
                 objective=objective,
                 time_limit=left,
                 bound=bound,
-                effort=POLISH_EFFORT * (problem.num_tasks + len(problem.edges)) * problem.num_processors,
+                effort=POLISH_EFFORT * size * problem.num_processors,
             )
             listed["polish"] = polished.objective
             if polished.objective < chosen.objective:

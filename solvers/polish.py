@@ -16,9 +16,11 @@ Where a task of the chain may run elsewhere (it is in no affinity group), it may
 another processor: to one that runs a predecessor or successor of it, whose transfer it then saves,
 or to one of `ELSEWHERE` others drawn at random. It goes where its start time puts it in that
 processor's order, or one place before. These moves are tried before the others. Against saga
-on random DAGs of 100 and 1,000 tasks on 4 to 32 processors, equal and heterogeneous, `ils` (the
-best list heuristic's schedule, then polish with kicks, 5 s) was at most saga's best heuristic on
-24 of 24 classes; `best` alone on 20 (`benchmarks/results/solvers_saga_ils-2core-vm.txt`).
+on random DAGs of 100 and 1,000 tasks on 4 to 32 processors, equal and heterogeneous,
+`solvers.ils.ils` (the best list heuristic's schedule, then polish with kicks, 5 s) was at most
+saga's best heuristic on 24 of 24 classes; `best` alone on 20
+(`benchmarks/results/solvers_saga_ils-2core-vm.txt`). `solvers.heuristics.best` now polishes its
+schedule itself, with a fixed ``effort``.
 
 Each step tries these moves in random order (``seed``): moves to another processor first, then the
 moves to the end, and among them tasks without successors first (moving one delays no other task).
@@ -37,9 +39,10 @@ processor's memory would go over its capacity (tasks on a processor run one afte
 peak is the largest running sum of their memory changes). The search also stops at the time limit,
 at a known lower bound, or where no move keeps the objective (a local optimum).
 
-`ils` starts from `solvers.heuristics.best` and kicks the search out of each local optimum. On 100
-random tasks on 8 unrelated processors it went from 355, 323 and 409 (best) and 348, 318 and 396
-(polish alone, at a local optimum within 0.1 s) to 326, 302 and 362 in 2 s.
+`solvers.ils.ils` starts from `solvers.heuristics.best` and kicks the search out of each local
+optimum. On 100 random tasks on 8 unrelated processors it went from 355, 323 and 409 (best, before
+it polished) and 348, 318 and 396 (polish alone, at a local optimum within 0.1 s) to 326, 302 and
+362 in 2 s.
 
 A move is timed incrementally (`_Timing`): only the tasks whose start it changes are re-timed, in
 the topological order of the last timing, with the moved task (and what it must now precede) given
@@ -60,7 +63,6 @@ Example
 
 from __future__ import annotations
 
-import dataclasses
 import heapq
 import time
 
@@ -106,7 +108,7 @@ def polish(
     for at most ``time_limit`` seconds, or until the objective reaches a known lower ``bound``. With
     ``kicks``, a local optimum does not end the search: a few random tasks of the best schedule so far
     are moved (to another allowed processor, or past the next task on theirs) and the search goes on
-    from there, until the time limit (iterated local search; `ils`). With ``effort``, the search also
+    from there, until the time limit (iterated local search; `solvers.ils.ils`). With ``effort``, the search also
     stops once it has timed that many tasks (`_Timing.work`: a full timing or a scan of the chain
     counts every task, a trial the tasks it re-times): a limit that does not depend on the machine's
     speed, so the result does not either. The result is valid and never worse than ``schedule``;
@@ -234,56 +236,6 @@ def polish(
     if kicks:
         info["kicks"] = restarts
     return Result(current, "feasible", value, 0, time.perf_counter() - t0, "polish", objective, info)
-
-
-ILS_RANK_WEIGHTS = (0.5, 0.25, 0.75, 1.5, 3.0)
-"""The transfer weights of HEFT's upward rank that `ils` also starts from, in that order, after
-`solvers.heuristics.best` (which tries 0, 1 and 2), while the first half of its time lasts. HEFT's
-schedule moves by about half a percent either way with the weight (layered 5,000-task instances on
-32 heterogeneous processors, seeds 0-2: 3097 / 3042 / 2742 at weight 1, 3095 / 3034 / 2732 at the
-best of these), and one HEFT run costs a fraction of a second there. Half, not a quarter: there
-`best` alone takes 1.4 s, more than a quarter of a 5 s limit, and polishing 5,000 tasks in the
-time that is left found nothing."""
-
-
-def ils(problem: Problem, /, *, objective: str = "makespan", time_limit: float = 10.0, seed: int = 0) -> Result:
-    """Iterated local search: `solvers.heuristics.best`'s schedule, or HEFT's with another transfer
-    weight in its rank (`ILS_RANK_WEIGHTS`) where that is better (best within a quarter of
-    ``time_limit``, the others within half of it), then `polish` with kicks for the rest: at each
-    local optimum a few random tasks of the best schedule so far move to another processor or swap
-    with their neighbour, and the search descends again from there. The bound is best's; the status
-    is optimal where the schedule reaches it. Works on heterogeneous processors and links, where
-    CP-SAT does not.
-
-    >>> from solvers import Problem
-    >>> ils(Problem(duration=[3, 1, 1], num_processors=2), time_limit=1).objective
-    3
-    """
-    from solvers.heuristics import best, heft_ranked
-
-    if not time_limit > 0:  # also NaN
-        raise ValueError(f"time_limit: expected a positive number of seconds, got {time_limit}")
-    problem.require_rigid("ils")
-    t0 = time.perf_counter()
-    start = best(problem, objective=objective, time_limit=time_limit / 4)
-    first = start.objective
-    for _, run in map(heft_ranked, ILS_RANK_WEIGHTS):
-        left = time_limit / 2 - (time.perf_counter() - t0)
-        if start.schedule is None or start.status == "optimal" or left <= 0:
-            break
-        other = run(problem, objective=objective, time_limit=left)
-        if other.schedule is not None and other.objective < start.objective:
-            status = "optimal" if other.objective <= start.lower_bound else "feasible"
-            start = dataclasses.replace(other, status=status, lower_bound=start.lower_bound)
-    left = time_limit - (time.perf_counter() - t0)
-    if start.schedule is None or start.status == "optimal" or left <= 0:
-        info = {**start.info, "best": first, "start": start.solver}
-        return dataclasses.replace(start, solver="ils", runtime=time.perf_counter() - t0, info=info)
-    bound = start.lower_bound
-    out = polish(problem, start.schedule, objective=objective, time_limit=left, seed=seed, bound=bound, kicks=True)
-    status = "optimal" if out.objective <= bound else "feasible"
-    info = {"best": first, "start": start.solver, **out.info}
-    return Result(out.schedule, status, out.objective, bound, time.perf_counter() - t0, "ils", objective, info)
 
 
 def _kick(problem, timing, orders, schedule, movable, rng, limited):

@@ -28,7 +28,7 @@ _SOLVERS: dict[str, str] = {
     "best": "solvers.heuristics:best",
     "cpsat": "solvers.cpsat:cpsat",
     "lns": "solvers.lns:cpsat_lns",
-    "ils": "solvers.polish:ils",
+    "ils": "solvers.ils:ils",
 }
 
 

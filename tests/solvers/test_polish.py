@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import solvers.ils
 import solvers.polish
 from solvers import Deadlock, Problem, Schedule, solve, time_orders, validate
 from solvers.listsched import list_schedule
@@ -87,6 +88,7 @@ def test_bad_input_is_refused():
 
 def test_docstring_examples():
     assert doctest.testmod(solvers.polish).failed == 0
+    assert doctest.testmod(solvers.ils).failed == 0
 
 
 def test_span_is_never_lengthened_by_earliest_starts():
@@ -188,7 +190,7 @@ def test_ils_starts_from_heft_with_another_rank_weight_where_that_is_better():
     with the transfers of its rank weighted 0.25, 0.5, 0.75 or 1.5; weighted 3, it ends at 11, the
     bound. `ils` starts from that and stops there, proven optimal."""
     from solvers.heuristics import best, heft_ranked
-    from solvers.polish import ILS_RANK_WEIGHTS
+    from solvers.ils import ILS_RANK_WEIGHTS
 
     p = Problem(duration=[2, 5, 1, 4, 1, 3], num_processors=2, edges=[[0, 1], [0, 2], [0, 5], [1, 3], [2, 3]],
                 delay=[0, 6, 2, 1, 4])  # fmt: skip
