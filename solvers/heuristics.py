@@ -392,21 +392,25 @@ RANK_WEIGHTS = (0.0, 2.0)
 
 POLISH_EFFORT = 3
 """`best` polishes the best heuristic's schedule (`solvers.polish.polish`) until it has timed
-``POLISH_EFFORT * min(tasks + edges, POLISH_SIZE) * processors`` tasks (its ``effort``): up to
-1,000 tasks about what the heuristics cost together on equal processors. A count, not seconds,
-so `best` stays deterministic. On the random DAGs of `benchmarks/solvers_bench.py` (3 seeds,
-medians) it took the four classes of 100 and 1,000 tasks where the heuristics alone were above
-saga's best heuristic to or below it: layered 100 tasks on 32 processors 215 -> 204 (saga's FCP
-205), 1,000 on 32 725 -> 717 (saga's 720); with transfers 5 times the computation, layered 100 on
-8 unequal processors 661 -> 630 (saga's HEFT 635); with a tenth, layered 100 on 32 163 -> 161
-(saga's 161). With 2 instead of 3: 205, 717, 641 and 163. It costs time: `best` on layered 1,000
-tasks, 32 processors, went from 0.08 to 0.42 s (saga's HEFT: 0.47 s)."""
+``POLISH_EFFORT * min(tasks + edges, POLISH_SIZE) * processors`` tasks (its ``effort``). One such
+unit took about as long as all the heuristics on equal processors (layered, 1,000 tasks, 32
+processors) and a third of that on unequal ones, where more of them run. A count, not seconds, so
+`best` stays deterministic (unless its own ``time_limit`` ends the polishing first). On the random
+DAGs of `benchmarks/solvers_bench.py` (3 seeds, medians) it took the four classes of 100 and 1,000
+tasks where the heuristics alone were above saga's best heuristic to or below it: layered 100 tasks
+on 32 processors 215 -> 204 (saga's FCP 205), 1,000 on 32 725 -> 717 (saga's 720); with transfers 5
+times the computation, layered 100 on 8 unequal processors 661 -> 630 (saga's HEFT 635); with a
+tenth, layered 100 on 32 163 -> 161 (saga's 161). With 2 instead of 3: 205, 717, 641 and 163. It
+costs time: `best` on layered 1,000 tasks, 32 processors, went from 0.08 to 0.42 s (saga's HEFT:
+0.47 s)."""
 
 POLISH_SIZE = 4000
 """Above this many tasks plus edges `best`'s polishing effort stops growing. On layered 5,000-task
 DAGs on 32 processors (3 seeds) 3 times the full size took `best` from 0.6 to 2.5 s for 1777 ->
-1774, and nothing on unequal processors, where `best` alone takes 1.6 s: moves on the critical
-chain rarely help where a thousand tasks have no slack (`solvers.lns`)."""
+1774, and on unequal ones one unit on one seed of three, where `best` alone takes 1.6 s: moves on
+the critical chain rarely help where a thousand tasks have no slack (`solvers.lns`). With the
+limit: 1.3 s and 1774 on equal processors, 2.5 s and 3040 on unequal ones (the same as without
+polishing)."""
 
 TIE_ORDERS = 3
 """On heterogeneous processors or links (and no memory limit), `best` also runs ``heft`` and

@@ -108,8 +108,8 @@ def polish(
     for at most ``time_limit`` seconds, or until the objective reaches a known lower ``bound``. With
     ``kicks``, a local optimum does not end the search: a few random tasks of the best schedule so far
     are moved (to another allowed processor, or past the next task on theirs) and the search goes on
-    from there, until the time limit (iterated local search; `solvers.ils.ils`). With ``effort``, the search also
-    stops once it has timed that many tasks (`_Timing.work`: a full timing or a scan of the chain
+    from there, until the time limit (iterated local search; `solvers.ils.ils`). With ``effort``,
+    the search also stops once it has timed that many tasks (`_Timing.work`: a full timing or a scan of the chain
     counts every task, a trial the tasks it re-times): a limit that does not depend on the machine's
     speed, so the result does not either. The result is valid and never worse than ``schedule``;
     ``info`` counts the moves tried, kept and taken sideways (and the kicks), the tasks timed
