@@ -354,23 +354,19 @@ def _drive(
     return current, {"steps": done, "improvements": improvements} | ({"interrupted": True} if interrupted else {})
 
 
-def _retimed(problem: Problem, schedule: Schedule, ties: np.ndarray | None = None) -> Schedule:
-    """``schedule``'s per-processor orders timed at their earliest starts (equal starts in the order of
-    ``ties``, by default the task index), where that is valid; else ``schedule`` itself."""
-    timed = _in_orders(problem, schedule, ties)
+def _retimed(problem: Problem, schedule: Schedule) -> Schedule:
+    """``schedule``'s per-processor orders (`Schedule.orders`) timed at their earliest starts, where that
+    is valid; else ``schedule`` itself."""
+    timed = _in_orders(problem, schedule)
     return schedule if timed is None else timed
 
 
-def _in_orders(problem: Problem, schedule: Schedule, ties: np.ndarray | None = None) -> Schedule | None:
-    """``schedule``'s per-processor orders (equal starts in the order of ``ties``, by default the task
-    index) timed at their earliest starts on ``problem``, whose durations may differ from those
+def _in_orders(problem: Problem, schedule: Schedule) -> Schedule | None:
+    """``schedule``'s per-processor orders (`Schedule.orders`: start order, zero-length tasks first at
+    equal starts) timed at their earliest starts on ``problem``, whose durations may differ from those
     ``schedule`` was timed with; None when that deadlocks or breaks a limit."""
-    ties = np.arange(problem.num_tasks) if ties is None else ties
-    orders: list[list[int]] = [[] for _ in range(problem.num_processors)]
-    for t in np.lexsort((ties, schedule.start)).tolist():
-        orders[int(schedule.processor[t])].append(t)
     try:
-        timed = time_orders(problem, orders)
+        timed = time_orders(problem, schedule.orders(problem))
     except Deadlock:
         return None
     return None if violations(problem, timed, limit=1) else timed
@@ -400,8 +396,6 @@ def improve_windows(
     improving step."""
     n, num_processors = problem.num_tasks, problem.num_processors
     window = min(window, n)
-    topo = np.empty(n, dtype=np.int64)
-    topo[problem.topological_order()] = np.arange(n)
     rng = np.random.default_rng(seed)
     near = neighbours(n, problem.edges)
     # windows of a few processors where tasks may change processor; where every task has its own
@@ -432,7 +426,7 @@ def improve_windows(
         free[order[first : first + size]] = True
         limit = min(step_limit, left, LOCAL_STEP)
         try:
-            return _local_step(problem, current, free, limit, workers, topo, objective, mask), False
+            return _local_step(problem, current, free, limit, workers, objective, mask), False
         except KeyboardInterrupt:
             return None, True
 
@@ -508,13 +502,12 @@ def _local_step(
     free: np.ndarray,
     time_limit: float,
     workers: int,
-    topo: np.ndarray,
     objective: str,
     processors: np.ndarray | None = None,
 ) -> Schedule | None:
     """Re-place the ``free`` tasks with everything else in place (`solvers.cpsat.reoptimize_window`,
-    on the ``processors`` it marks, by default all), then time the new per-processor orders at their
-    earliest starts (ties by topological position), which moves later work into the room made. The
+    on the ``processors`` it marks, by default all), then time the new per-processor orders
+    (`Schedule.orders`) at their earliest starts, which moves later work into the room made. The
     timed schedule when it validates, else the re-placed one; None when CP-SAT found nothing."""
     moved = reoptimize_window(problem, schedule, free, time_limit, workers, objective, processors)
-    return None if moved is None else _retimed(problem, moved, topo)
+    return None if moved is None else _retimed(problem, moved)

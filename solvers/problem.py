@@ -421,8 +421,14 @@ class Schedule:
         raise ValueError(f"unknown objective {objective!r}; valid: {', '.join(OBJECTIVES)}")
 
     def orders(self, problem: Problem) -> list[list[int]]:
-        """Tasks of each processor sorted by start (ties by task index)."""
-        order = np.lexsort((np.arange(len(self.start)), self.start))
+        """Tasks of each processor sorted by start. At equal starts a zero-length task comes first: it
+        ends where the other begins, so these orders timed again (`solvers.time_orders`) put it back
+        there, and a zero-length ``W`` that frees memory at a forward's start still frees it first.
+        Remaining ties go by topological position, so tasks joined by an edge keep its direction."""
+        n = len(self.start)
+        position = np.empty(n, dtype=np.int64)
+        position[problem.topological_order()] = np.arange(n)
+        order = np.lexsort((position, self.durations(problem) > 0, self.start))
         per = [[] for _ in range(problem.num_processors)]
         for t in order.tolist():
             per[int(self.processor[t])].append(t)

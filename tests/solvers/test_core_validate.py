@@ -115,6 +115,35 @@ def test_time_orders_earliest_start_and_deadlock():
     assert "processor 0 stuck at 0X0 (needs 1X0)" in str(err.value)
 
 
+def test_orders_put_a_zero_length_task_first_at_equal_starts():
+    """Task 2 frees memory in no time when task 0 ends, the moment forward 1 needs the room (releases
+    come first at equal times). Ordered by index, 1 would come first and, timed again, run before the
+    release: over the capacity. `Schedule.orders` puts the zero-length task first."""
+    p = Problem(duration=[2, 3, 0], num_processors=1, edges=[[0, 2]], mem_delta=[1, 1, -1], capacity=[1])
+    s = Schedule(processor=[0, 0, 0], start=[0, 2, 2])
+    validate(p, s)
+    assert s.orders(p) == [[0, 2, 1]]
+    again = time_orders(p, s.orders(p))
+    assert again.start.tolist() == s.start.tolist()
+    validate(p, again)
+
+
+@settings(max_examples=150, deadline=None)
+@given(problem=problems(groups=False), data=st.data())
+def test_orders_of_a_timed_schedule_time_to_the_same_schedule(problem, data):
+    """Orders timed at their earliest starts, read back with `Schedule.orders` and timed again, give
+    the same schedule (zero-length tasks included), so a schedule passed on as orders keeps its
+    memory curve and its validity."""
+    n, P = problem.num_tasks, problem.num_processors
+    topo = problem.topological_order().tolist()
+    proc = [data.draw(st.sampled_from(np.flatnonzero(problem.allowed[t]).tolist())) for t in range(n)]
+    orders = [[t for t in topo if proc[t] == q] for q in range(P)]
+    timed = time_orders(problem, orders)
+    again = time_orders(problem, timed.orders(problem))
+    assert again.start.tolist() == timed.start.tolist()
+    assert violations(problem, again) == violations(problem, timed)
+
+
 def test_time_orders_rejects_incomplete_orders():
     p = Problem(duration=[1, 1], num_processors=1)
     with pytest.raises(ValueError, match="in no processor's order"):

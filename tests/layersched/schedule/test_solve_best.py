@@ -214,3 +214,30 @@ def test_the_coarse_levels_keep_the_symmetry_chains_up_to_a_size(monkeypatch, mo
             assert all(np.all(np.diff(schedule.start[c]) >= 0) for c in chains)
         else:
             assert chains is None
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        # two stages on each of two ranks, no weight gradients (W = 0), under a memory limit
+        dict(stages=4, stages_per_rank=2, placement=[0, 0, 1, 1], microbatches=4, forward=13, backward_input=7,
+             backward_weight=0, transfer=7, memory_forward=8, memory_freed_by_weight=5, memory_limit=42,
+             objective="makespan"),
+        # three stages per rank in loop placement, every W zero-length
+        dict(stages=9, stages_per_rank=3, placement="loop", microbatches=4, forward=[3, 14, 10, 11, 4, 19, 17, 5, 4],
+             backward_input=[20, 1, 5, 17, 3, 2, 12, 9, 18], backward_weight=0, transfer=6, memory_forward=1,
+             memory_freed_by_weight=1, memory_limit=11),
+    ],
+)  # fmt: skip
+def test_best_takes_templates_with_zero_length_weight_passes_under_a_memory_limit(spec):
+    """A stage without weights has ``W = 0``: a zero-length pass that frees its memory the moment a
+    forward may start. The templates' schedules validate; read back as orders and timed again for the
+    search they must still validate (they once put the forward first and broke the limit, and `best`
+    stopped with "polish: the schedule to start from is not valid")."""
+    from layersched.describe.config import ProblemSpec
+    from layersched.describe.stages import pipeline_from_spec
+
+    pipe = pipeline_from_spec(ProblemSpec.model_validate({"name": "w0", "pipeline": spec}))
+    sol, listed = check_best(pipe)
+    assert max(sol.metrics["peak_memory"]) <= pipe.capacity
+    assert any(name.startswith("polish") for name in sol.info["candidates"]), sol.info["candidates"]
