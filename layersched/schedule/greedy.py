@@ -200,7 +200,8 @@ def simulate(
         # leaves room for that one's remaining forwards here
         left = dict(todo_here[r])
         left.setdefault(i, footprint[r])
-        oldest = min(j for j, need in left.items() if need > 0)
+        waiting = [j for j, need in left.items() if need > 0]
+        oldest = min(waiting) if waiting else i  # none waiting: nothing to keep room for (no memory per forward)
         left[i] -= mf[s]
         return mem[r] + mf[s] + (left[oldest] if oldest != i else 0) <= cap
 

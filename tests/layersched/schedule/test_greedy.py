@@ -69,6 +69,20 @@ def test_below_the_least_memory_it_says_so():
         solve_pipeline(replace(pipe, capacity=7), schedule="chunk-greedy")
 
 
+@pytest.mark.parametrize("placement", ["loop", "v", [1, 0, 2, 2, 0, 1]])
+def test_a_pipeline_without_memory_figures_gets_every_variant(placement):
+    """A stage-level problem that gives no memory (memory_forward 0, no limit): no micro-batch needs
+    room, so the "oldest" rule keeps none. It used to look for the oldest micro-batch still needing
+    room among none, and chunk-greedy stopped with "min() arg is an empty sequence"."""
+    spec = {"stages": 6, "stages_per_rank": 2, "placement": placement, "microbatches": 4, "forward": 2,
+            "backward_input": 2, "backward_weight": 1, "transfer": 1}  # fmt: skip
+    pipe = pipeline_from_spec(ProblemSpec.model_validate({"name": "t", "pipeline": spec}))
+    sol = solve_pipeline(pipe, schedule="chunk-greedy")
+    validate(sol.tasks.problem, sol.schedule)
+    for order in ("depth", "breadth", "grouped"):
+        assert simulate(pipe, np.inf, order=order, backward_first=True, reserve="oldest")
+
+
 def test_best_finds_a_schedule_where_only_the_greedy_applies():
     """Three stages per rank under 1F1B's memory (the issue's interleaved row, smaller): list scheduling
     and CP-SAT alone found nothing there; the greedy seeds best."""
