@@ -63,6 +63,16 @@ class _Flow:
         self.mine = [[s for s in range(self.S) if self.rank[s] == r] for r in range(self.R)]
         self.end: dict[tuple[str, int, int], int] = {}
 
+    def fed(self, k: str, s: int) -> int:
+        """The rank whose next pass may get its input from pass ``k`` of stage ``s`` (the next stage's
+        forward, the stage below's ``I``, or this stage's own ``I`` or ``W``): after that pass, only its
+        own rank's and this rank's next decisions can change."""
+        if k == "F" and s + 1 < self.S:
+            return self.rank[s + 1]
+        if k == "I" and s > 0:
+            return self.rank[s - 1]
+        return self.rank[s]
+
     def arrival(self, k: str, s: int, i: int) -> int | None:
         """When the input of pass ``k`` of micro-batch ``i`` on stage ``s`` is there (None: not yet)."""
         end, rank, c, S = self.end, self.rank, self.c, self.S
@@ -220,18 +230,22 @@ def simulate(
                 out.append((start, (kind_rank[k], *priority(i, s, -s if k == "I" else s)), k, s))
         return out
 
+    def choice(r: int):
+        """(time, rank, pass) of rank r's next decision: the first pass by priority among those ready
+        at its earliest start; None when nothing of r's can be timed yet."""
+        cand = candidates(r)
+        if not cand:
+            return None
+        t = min(x[0] for x in cand)
+        now = [x for x in cand if x[0] <= t]  # everything ready at the rank's next decision time
+        return t, r, min(now, key=lambda x: x[1])
+
+    # a pass changes only its own rank's state and the input of the next pass of its micro-batch, so
+    # each step re-decides those ranks alone (the others' choices cannot have changed)
+    chosen = [choice(r) for r in range(R)]
     todo = 3 * S * m
     while todo:
-        best = None
-        for r in range(R):
-            cand = candidates(r)
-            if not cand:
-                continue
-            t = min(x[0] for x in cand)
-            now = [x for x in cand if x[0] <= t]  # everything ready at the rank's next decision time
-            pick = min(now, key=lambda x: x[1])
-            if best is None or (t, r) < (best[0], best[1]):
-                best = (t, r, pick)
+        best = min((c for c in chosen if c is not None), key=lambda c: (c[0], c[1]), default=None)
         if best is None:
             return None  # nothing can move: memory holds only what cannot finish
         t, r, (_, _, k, s) = best
@@ -247,6 +261,8 @@ def simulate(
         mem[r] += flow.delta[k][s]
         orders[r].append(f"{s}{k}{i}")
         todo -= 1
+        for q in {r, flow.fed(k, s)}:  # only these ranks' next decisions can have changed
+            chosen[q] = choice(q)
     return orders, max(free[r] - first[r] for r in range(R))
 
 
@@ -275,31 +291,32 @@ def follow(
     orders: list[list[str]] = [[] for _ in range(R)]
     first: list[int | None] = [None] * R
     left = sum(3 * len(f) for f in forwards)
+
+    def choice(r: int):
+        """(pass, r) that rank r runs next and when, or None when nothing of r's can be timed yet."""
+        if owed[r] and (len(owed[r]) > lag[r] or ipos[r] == len(backwards[r])):
+            s, i = owed[r][0]
+            return (free[r], "W", s, i), r
+        ready = {}
+        if fpos[r] < len(forwards[r]):
+            s, i = forwards[r][fpos[r]]
+            t = flow.arrival("F", s, i)
+            if t is not None and mem[r] + flow.mf[s] <= cap:
+                ready["F"] = (max(t, free[r]), "F", s, i)
+        if fpos[r] >= warm[r] and ipos[r] < len(backwards[r]):
+            s, i = backwards[r][ipos[r]]
+            t = flow.arrival("I", s, i)
+            if t is not None:
+                ready["I"] = (max(t, free[r]), "I", s, i)
+        if not ready:
+            return None
+        due = "F" if forward_due[r] or fpos[r] < warm[r] else "I"
+        soonest = min(ready.values())
+        return (ready[due] if due in ready and ready[due][0] <= soonest[0] else soonest), r
+
+    chosen = [choice(r) for r in range(R)]
     while left:
-        best = None
-        for r in range(R):
-            if owed[r] and (len(owed[r]) > lag[r] or ipos[r] == len(backwards[r])):
-                s, i = owed[r][0]
-                pick = (free[r], "W", s, i)
-            else:
-                ready = {}
-                if fpos[r] < len(forwards[r]):
-                    s, i = forwards[r][fpos[r]]
-                    t = flow.arrival("F", s, i)
-                    if t is not None and mem[r] + flow.mf[s] <= cap:
-                        ready["F"] = (max(t, free[r]), "F", s, i)
-                if fpos[r] >= warm[r] and ipos[r] < len(backwards[r]):
-                    s, i = backwards[r][ipos[r]]
-                    t = flow.arrival("I", s, i)
-                    if t is not None:
-                        ready["I"] = (max(t, free[r]), "I", s, i)
-                if not ready:
-                    continue
-                due = "F" if forward_due[r] or fpos[r] < warm[r] else "I"
-                soonest = min(ready.values())
-                pick = ready[due] if due in ready and ready[due][0] <= soonest[0] else soonest
-            if best is None or (pick[0], r) < (best[0][0], best[1]):
-                best = (pick, r)
+        best = min((c for c in chosen if c is not None), key=lambda c: (c[0][0], c[1]), default=None)
         if best is None:
             return None
         (t, k, s, i), r = best
@@ -317,17 +334,24 @@ def follow(
             forward_due[r] = True
         else:
             owed[r].pop(0)
+        for q in {r, flow.fed(k, s)}:  # only these ranks' next decisions can have changed
+            chosen[q] = choice(q)
     return orders, max(free[r] - first[r] for r in range(R) if first[r] is not None)
 
 
 def simulation_steps(pipe: Pipeline) -> int:
-    """Passes times ranks: the steps of one simulation that looks at every rank for every pass."""
+    """Passes times ranks: the measure of a greedy search's size that the templates' time estimates
+    (`Template.seconds_per_step`) and `MAX_WORK` use. A simulation picks, for every pass, the earliest
+    of every rank's next decision, and re-decides only the rank that acted and the rank it fed."""
     return 3 * pipe.num_stages * pipe.num_microbatches * pipe.num_ranks
 
 
 MAX_WORK = 250_000
-"""`simulation_steps` that `chunk_greedy` takes on: its simulation looks at every rank for every pass,
-for each of its 18 variants (measured: 12,288 passes on 64 ranks took 61 s; 4,608 on 16 ranks, 5 s)."""
+"""`simulation_steps` that `chunk_greedy` takes on, for each of its 18 variants. Measured on the 2-core
+machine since each step re-decides only the ranks it changed (before, every rank for every pass): the
+1.5B interleaved row at p=16, m=48 (110,592 steps) 2.2 s, was 12.3 s; at p=24, m=48 (248,832) 3.5 s;
+the V row at p=24, m=48 (165,888) 1.5 s, was 15.4 s; and 12,288 passes on 64 ranks (786,432, over the
+limit) 5.0 s, was 61 s. Per step the time falls as ranks grow (3.4e-5 s at p=12, 6.4e-6 at p=64)."""
 
 
 def chunk_greedy(pipe: Pipeline) -> list[list[str]]:

@@ -46,7 +46,7 @@ class Template:
     max_stages_per_rank: int | None = 1
     greedy: bool = False  # built by a simulated greedy search (several times slower than a fixed pattern)
     seconds_per_step: float = 0.0
-    """For a template that simulates every rank for every pass: its seconds per pass and rank
+    """For a template built by a simulated greedy search: its seconds per pass and rank
     (`layersched.schedule.greedy.simulation_steps`), the slowest measured on the project's 2-core
     machine, so that ``best`` can tell whether it ends in time; 0 where its time goes with the passes
     alone (`layersched.schedule.budget.SECONDS_PER_TASK` covers it)."""
@@ -306,8 +306,8 @@ def _rounds_orders(pipe: Pipeline, g: int) -> list[list[str]]:
     return out
 
 
-# seconds per step: 1.1e-5 to 1.9e-5 measured (p=12 to 24, 2 or 3 stages per rank), rounded up
-@template("interleaved-zb-mem", split_backward=True, stages_per_rank=(2, None), greedy=True, seconds_per_step=2.5e-5)
+# seconds per step: 6.7e-6 to 1.1e-5 measured (p=12 to 24, 2 or 3 stages per rank), rounded up
+@template("interleaved-zb-mem", split_backward=True, stages_per_rank=(2, None), greedy=True, seconds_per_step=1.5e-5)
 def interleaved_zb_mem(pipe: Pipeline) -> list[list[str]]:
     """Interleaved zero bubble with rounds sized to the memory limit: torch's order, any round size.
 
@@ -362,7 +362,7 @@ def interleaved_zb_mem(pipe: Pipeline) -> list[list[str]]:
     rounds = max(1, m // p)  # torch's order, where it applies and fits
     if m % rounds == 0 and m // rounds < lo and m // rounds not in timed and fits(m // rounds):
         fixed(m // rounds)
-    if simulation_steps(pipe) <= MAX_WORK:  # as chunk-greedy's simulation: every rank for every pass
+    if simulation_steps(pipe) <= MAX_WORK:  # p simulations, as chunk-greedy runs 18
         for g in range(1, min(m, p) + 1):
             forwards, backwards, warm = _rounds(pipe, g)
             run = follow(pipe, forwards, backwards, warm, list(range(p)), cap)
@@ -752,14 +752,14 @@ def zb_greedy(pipe: Pipeline) -> list[list[str]]:
     return min((tl for tl in runs if max(tl.peak) <= cap), key=lambda tl: tl.span).orders
 
 
-# seconds per step: 5.8e-5 to 1.0e-4 measured (p=12 to 64, 2 or 3 stages per rank), rounded up
+# seconds per step: 6.4e-6 to 3.4e-5 measured (p=64 to 12, 2 or 3 stages per rank), rounded up
 @template(
     "chunk-greedy",
     split_backward=True,
     placement="any",
     stages_per_rank=(2, None),
     greedy=True,
-    seconds_per_step=1.2e-4,
+    seconds_per_step=4.5e-5,
 )
 def chunk_greedy_template(pipe: Pipeline) -> list[list[str]]:
     """Memory-bounded greedy for any placement and stages per rank: I first, forwards while memory allows.
@@ -774,8 +774,8 @@ def chunk_greedy_template(pipe: Pipeline) -> list[list[str]]:
     work = simulation_steps(pipe)
     if work > MAX_WORK:
         raise TemplateError(
-            f"schedule 'chunk-greedy' simulates every pass on every rank: {work:,} steps here, at most {MAX_WORK:,} "
-            "(about 20 s); use fewer micro-batches or another template"
+            f"schedule 'chunk-greedy' simulates {work:,} steps (passes times ranks) here, at most {MAX_WORK:,} "
+            "(about 10 s); use fewer micro-batches or another template"
         )
     try:
         return chunk_greedy(pipe)
