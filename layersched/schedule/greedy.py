@@ -64,9 +64,9 @@ class _Flow:
         self.end: dict[tuple[str, int, int], int] = {}
 
     def fed(self, k: str, s: int) -> int:
-        """The rank whose next pass may get its input from pass ``k`` of stage ``s`` (the next stage's
-        forward, the stage below's ``I``, or this stage's own ``I`` or ``W``): after that pass, only its
-        own rank's and this rank's next decisions can change."""
+        """The rank whose next pass may get its input from pass ``k`` of stage ``s``: the next stage's
+        forward, the stage below's ``I``, or this stage's own ``I`` or ``W``. Once that pass is timed,
+        only two ranks' next decisions can change: the rank that ran it, and this one."""
         if k == "F" and s + 1 < self.S:
             return self.rank[s + 1]
         if k == "I" and s > 0:
