@@ -203,6 +203,35 @@ def test_edited_schedule_file_is_rejected(tmp_path):
         check_actions(doc, *to_problem(doc))
 
 
+def test_passes_at_the_same_start_may_be_listed_in_either_order(tmp_path):
+    """A zero-length ``W`` (a stage without weights) that starts with a forward is listed first, as
+    `Schedule.orders` times it; a file that lists the two the other way round (as files written before
+    that rule do) still passes: the same starts, so the same validated schedule."""
+    spec = {"stages": 4, "stages_per_rank": 2, "placement": "loop", "microbatches": 4, "forward": 3,
+            "backward_input": 5, "backward_weight": 0, "transfer": 2, "memory_forward": 2,
+            "memory_freed_by_weight": 1, "memory_limit": 8}  # fmt: skip
+    sol = solve_pipeline(pipeline_from_spec(ProblemSpec.model_validate({"name": "w0", "pipeline": spec})),
+                         schedule="interleaved-zb")  # fmt: skip
+    data = json.loads(schedule_file(sol).model_dump_json())
+    start = {t["name"]: t["start"] for t in data["tasks"]}
+    ties = [
+        (r, k)
+        for r, acts in enumerate(data["actions"])
+        for k in range(len(acts) - 1)
+        if start[acts[k]] == start[acts[k + 1]] and "W" in acts[k] and "W" not in acts[k + 1]
+    ]
+    assert ties, "this schedule has a zero-length W at a forward's or I's start"
+    r, k = ties[0]
+    acts = data["actions"][r]
+    acts[k], acts[k + 1] = acts[k + 1], acts[k]
+    doc = load_schedule(_write(tmp_path / "ties.json", data))
+    check_actions(doc, *to_problem(doc))
+    acts[0], acts[-1] = acts[-1], acts[0]  # a real reordering is still refused
+    doc = load_schedule(_write(tmp_path / "moved.json", data))
+    with pytest.raises(SpecError, match=f"rank {r} position 0 is"):
+        check_actions(doc, *to_problem(doc))
+
+
 def _write(path, data):
     path.write_text(json.dumps(data))
     return path
