@@ -349,6 +349,18 @@ class Problem:
 
         return self.derived("topological_order", compute)
 
+    def topological_position(self) -> np.ndarray:
+        """Each task's place in `topological_order` (read-only)."""
+
+        def compute() -> np.ndarray:
+            order = self.topological_order()
+            position = np.empty(len(order), dtype=np.int64)
+            position[order] = np.arange(len(order))
+            position.setflags(write=False)
+            return position
+
+        return self.derived("topological_position", compute)
+
     def derived(self, key: object, compute):
         """``compute()``, computed once per problem and ``key``: a problem is frozen and its arrays
         read-only, so what follows from them never changes. `solvers.heuristics.best` runs ten
@@ -425,10 +437,7 @@ class Schedule:
         ends where the other begins, so these orders timed again (`solvers.time_orders`) put it back
         there, and a zero-length ``W`` that frees memory at a forward's start still frees it first.
         Remaining ties go by topological position, so tasks joined by an edge keep its direction."""
-        n = len(self.start)
-        position = np.empty(n, dtype=np.int64)
-        position[problem.topological_order()] = np.arange(n)
-        order = np.lexsort((position, self.durations(problem) > 0, self.start))
+        order = np.lexsort((problem.topological_position(), self.durations(problem) > 0, self.start))
         per = [[] for _ in range(problem.num_processors)]
         for t in order.tolist():
             per[int(self.processor[t])].append(t)

@@ -267,14 +267,14 @@ def check_actions(doc: ScheduleFile, problem: Problem, schedule: Schedule) -> No
     start = dict(zip(names, schedule.start.tolist(), strict=True))
     for r, (order, acts) in enumerate(zip(schedule.orders(problem)[:R], doc.actions, strict=False)):
         expect = [names[t] for t in order if parse_action(names[t])[2] is not None]
-        ties_only = sorted(acts) == sorted(expect) and all(start[a] <= start[b] for a, b in itertools.pairwise(acts))
-        if expect != acts and not ties_only:
-            k = next(
-                (i for i, (a, b) in enumerate(zip(expect, acts, strict=False)) if a != b), min(len(expect), len(acts))
-            )
-            got = acts[k] if k < len(acts) else "(end)"
-            want = expect[k] if k < len(expect) else "(end)"
-            raise SpecError(f"actions: rank {r} position {k} is {got}, but by start time it must be {want}")
+        if expect == acts:
+            continue
+        if sorted(acts) == sorted(expect) and all(start[a] <= start[b] for a, b in itertools.pairwise(acts)):
+            continue  # only passes with equal starts listed the other way round
+        k = next((i for i, (a, b) in enumerate(zip(expect, acts, strict=False)) if a != b), min(len(expect), len(acts)))
+        got = acts[k] if k < len(acts) else "(end)"
+        want = expect[k] if k < len(expect) else "(end)"
+        raise SpecError(f"actions: rank {r} position {k} is {got}, but by start time it must be {want}")
 
 
 def save_json(doc: BaseModel, path: str | Path) -> None:
