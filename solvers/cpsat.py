@@ -192,6 +192,7 @@ def reoptimize_window(
     workers: int = 1,
     objective: str = "makespan",
     processors: np.ndarray | None = None,
+    work: float | None = None,
 ) -> Schedule | None:
     """Re-place the ``free`` tasks of a valid ``schedule`` with every other task left where it is
     (processor and start): a model of the window only, whatever the size of the problem (used by
@@ -212,7 +213,9 @@ def reoptimize_window(
     ``span``: the largest per-processor span, the other tasks' first starts and last ends counted as
     they are), then the sum of the free tasks' ends, which makes room that re-timing the whole
     schedule (`solvers.time_orders`) can use. None when CP-SAT finds nothing in ``time_limit`` (the
-    current placement is always a solution).
+    current placement is always a solution). ``work``, if given, also stops CP-SAT after that much
+    of its deterministic time (a count of its own work, in about seconds): with one worker the result
+    is then the same on any machine that is not so slow that ``time_limit`` ends it first.
 
     >>> from solvers import Problem, Schedule
     >>> p = Problem(duration=[2, 2, 2], num_processors=2)
@@ -312,6 +315,8 @@ def reoptimize_window(
             model.add_hint(lit, int(proc[first_of[unit]]) == q)
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(0.01, float(time_limit))
+    if work is not None:
+        solver.parameters.max_deterministic_time = float(work)
     solver.parameters.num_workers = workers
     if unit_lits:
         # presolve's probing of the processor choices took 0.16 s on a window of 50 tasks free on 32

@@ -388,12 +388,19 @@ def improve_windows(
     workers: int = 2,
     seed: int = 0,
     progress: Callable[[dict], None] | None = None,
+    steps: int | None = None,
+    step_work: float | None = None,
 ) -> tuple[Schedule, dict]:
     """The window steps of `cpsat_lns` from a valid ``schedule`` (see the module text), for at most
-    ``time_limit`` seconds or until the objective reaches ``bound``: the best schedule found (never
-    worse than ``schedule``) and ``info`` (steps, improving steps, window; ``interrupted`` after
-    Ctrl-C). ``progress`` is called with ``dict(incumbent=, bound=, gap=, elapsed=)`` after each
-    improving step."""
+    ``time_limit`` seconds, at most ``steps`` steps (no limit by default) or until the objective
+    reaches ``bound``: the best schedule found (never worse than ``schedule``) and ``info`` (steps,
+    improving steps, window; ``interrupted`` after Ctrl-C). ``progress`` is called with
+    ``dict(incumbent=, bound=, gap=, elapsed=)`` after each improving step.
+
+    A step's CP-SAT call stops after `LOCAL_STEP` seconds (or ``step_limit``, if less), so what a
+    step finds depends on the machine's speed. With ``step_work`` it stops after that much of
+    CP-SAT's deterministic time instead (``time_limit`` still ends the whole): with ``workers=1`` the
+    steps, and so the result, are the same on any machine where ``time_limit`` does not end them."""
     n, num_processors = problem.num_tasks, problem.num_processors
     window = min(window, n)
     rng = np.random.default_rng(seed)
@@ -424,13 +431,13 @@ def improve_windows(
             first = min(max(at - int(rng.integers(0, size)), 0), len(order) - size)
         free = np.zeros(n, dtype=bool)
         free[order[first : first + size]] = True
-        limit = min(step_limit, left, LOCAL_STEP)
+        limit = left if step_work is not None else min(step_limit, left, LOCAL_STEP)
         try:
-            return _local_step(problem, current, free, limit, workers, objective, mask), False
+            return _local_step(problem, current, free, limit, workers, objective, mask, step_work), False
         except KeyboardInterrupt:
             return None, True
 
-    current, info = _drive(problem, schedule, objective, time_limit, bound, progress, step, least=0.05)
+    current, info = _drive(problem, schedule, objective, time_limit, bound, progress, step, least=0.05, steps=steps)
     return current, info | {"window": window}
 
 
@@ -504,10 +511,12 @@ def _local_step(
     workers: int,
     objective: str,
     processors: np.ndarray | None = None,
+    work: float | None = None,
 ) -> Schedule | None:
     """Re-place the ``free`` tasks with everything else in place (`solvers.cpsat.reoptimize_window`,
-    on the ``processors`` it marks, by default all), then time the new per-processor orders
-    (`Schedule.orders`) at their earliest starts, which moves later work into the room made. The
+    on the ``processors`` it marks, by default all; ``work`` its deterministic limit), then time the
+    new per-processor orders (`Schedule.orders`) at their earliest starts, which moves later work into
+    the room made. The
     timed schedule when it validates, else the re-placed one; None when CP-SAT found nothing."""
-    moved = reoptimize_window(problem, schedule, free, time_limit, workers, objective, processors)
+    moved = reoptimize_window(problem, schedule, free, time_limit, workers, objective, processors, work)
     return None if moved is None else _retimed(problem, moved)
