@@ -4,6 +4,7 @@ what its rule says."""
 from __future__ import annotations
 
 import doctest
+import functools
 
 import numpy as np
 import pytest
@@ -199,6 +200,7 @@ def test_downward_rank_to_ends_is_the_longest_path_from_a_sources_end_to_the_tas
     for k, (u, v) in enumerate(p.edges.tolist()):
         into.setdefault(v, []).append((u, int(weight[k])))
 
+    @functools.cache  # the same maximum over every path, each prefix's maximum computed once
     def longest(t: int) -> int:  # over the paths from a source to t, t's duration counted, the source's not
         return max((longest(u) + w + int(dur[t]) for u, w in into.get(t, [])), default=0)
 
