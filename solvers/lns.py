@@ -516,7 +516,7 @@ def _local_step(
     """Re-place the ``free`` tasks with everything else in place (`solvers.cpsat.reoptimize_window`,
     on the ``processors`` it marks, by default all; ``work`` its deterministic limit), then time the
     new per-processor orders (`Schedule.orders`) at their earliest starts, which moves later work into
-    the room made. The
-    timed schedule when it validates, else the re-placed one; None when CP-SAT found nothing."""
+    the room made. The timed schedule when it validates, else the re-placed one; None when CP-SAT
+    found nothing."""
     moved = reoptimize_window(problem, schedule, free, time_limit, workers, objective, processors, work)
     return None if moved is None else _retimed(problem, moved)
