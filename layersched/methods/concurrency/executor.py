@@ -13,6 +13,12 @@ end with the last value). Per-thread counts need torch's OpenMP backend; `check_
 others in one line. The measured timeline is written as a Chrome trace (chrome://tracing, Perfetto)
 and compared with the plan. `reference_step` is the serial autograd reference the tests compare with.
 On a GPU the same plan co-runs through CUDA streams (``execute(..., device="cuda")``).
+
+Set ``OMP_WAIT_POLICY=PASSIVE`` before torch is imported (`benchmarks/concurrency_real.py` does):
+with OpenMP's default policy each worker's idle team of OpenMP threads spins and takes cores from
+the tasks running beside it. On a 16-core machine every strategy ran 1.5-2x faster with it, and the
+default strategy's spread over 5 runs fell from 35-250 ms to 20-25 ms
+(``benchmarks/results/concurrency_real-h100host-16core-profile-and-wait-policy.txt``).
 """
 
 from __future__ import annotations
@@ -137,24 +143,37 @@ def _set_threads(k: int) -> None:
         torch.set_num_threads(k)
 
 
-def profile(net: ExplicitMLP, data, threads: tuple[int, ...], repeats: int = 11) -> dict[tuple[str, int], ThreadModel]:
+def profile(
+    net: ExplicitMLP, data, threads: tuple[int, ...], repeats: int = 11, *, cores: int | None = None
+) -> dict[tuple[str, int], ThreadModel]:
     """Each pass of each layer timed at every thread count (median of ``repeats``, on a fresh worker
-    thread), fitted with `perfmodel.fit` (leave-one-out errors included)."""
+    thread), fitted with `perfmodel.fit` (leave-one-out errors included).
+
+    Without ``cores`` each pass runs alone. With ``cores`` it runs while the machine is full of like
+    work: beside the timed thread, ``cores // k - 1`` other threads run the same pass on ``k``
+    threads each, as `execute` runs up to ``cores // k`` tasks of ``k`` threads at once. The times
+    then include what co-running tasks cost each other (memory bandwidth, caches), which a pass
+    alone does not show; at ``k = cores`` both ways are the same."""
     check_openmp()
-    step = _Step(net.copy(), data[:1], lr=0.0)
     L = net.num_layers
-    for l in range(L):  # the activations and gradients every pass reads
-        step.forward(l, 0)
-    for l in reversed(range(1, L)):
-        step.backward_input(l, 0)
+
+    def prepared() -> _Step:
+        step = _Step(net.copy(), data[:1], lr=0.0)
+        for l in range(L):  # the activations and gradients every pass reads
+            step.forward(l, 0)
+        for l in reversed(range(1, L)):
+            step.backward_input(l, 0)
+        return step
+
+    step = prepared()
+    jobs = [(kind, l) for kind in ("F", "I", "W", "U") for l in range(L) if not (kind == "I" and l == 0)]
     samples: dict[tuple[str, int], dict[int, float]] = {}
 
     def measure(k: int) -> None:
-        _set_threads(k)
-        for kind in ("F", "I", "W", "U"):
-            for l in range(L):
-                if kind == "I" and l == 0:
-                    continue
+        try:
+            _set_threads(k)
+            for kind, l in jobs:
+                current[0] = (kind, l)
                 step.run(kind, l, 0)  # warm up (allocations, the thread team)
                 times = []
                 for _ in range(repeats):
@@ -162,11 +181,28 @@ def profile(net: ExplicitMLP, data, threads: tuple[int, ...], repeats: int = 11)
                     step.run(kind, l, 0)
                     times.append(time.perf_counter() - t0)
                 samples.setdefault((kind, l), {})[k] = statistics.median(times)
+        finally:
+            current[0] = None  # the other threads stop
+
+    def load(k: int, own: _Step, ready: threading.Barrier) -> None:
+        _set_threads(k)
+        ready.wait()
+        while (job := current[0]) is not None:
+            own.run(job[0], job[1], 0)
 
     for k in threads:
+        current: list[tuple[str, int] | None] = [jobs[0]]
+        others = max(0, (cores or 0) // k - 1)
+        ready = threading.Barrier(others + 1)
+        helpers = [threading.Thread(target=load, args=(k, prepared(), ready)) for _ in range(others)]
+        for h in helpers:
+            h.start()
+        ready.wait()
         worker = threading.Thread(target=measure, args=(k,))
         worker.start()
         worker.join()
+        for h in helpers:
+            h.join()
     return {key: fit(s) for key, s in samples.items()}
 
 

@@ -85,6 +85,39 @@ def test_profiling_fits_a_model_per_pass_with_its_error():
         assert m.time(1) > 0 and set(m.loo_errors) == {1, 2, 3}
 
 
+@pytest.mark.parametrize("cores, most", [(None, {1: 1, 2: 1, 4: 1}), (4, {1: 4, 2: 2, 4: 1})])
+def test_a_co_running_profile_keeps_cores_over_k_passes_running(monkeypatch, cores, most):
+    """With ``cores``, a pass timed on k threads runs beside ``cores // k - 1`` others of k threads
+    (alone without it); the other threads have stopped when `profile` returns."""
+    import threading
+    import time
+
+    import layersched.methods.concurrency.executor as ex
+
+    lock, running, seen = threading.Lock(), [0], {}
+    original = ex._Step.run
+
+    def run(self, kind, l, b):
+        k = torch.get_num_threads()
+        with lock:
+            running[0] += 1
+            seen[k] = max(seen.get(k, 0), running[0])
+        try:
+            time.sleep(0.002)  # long enough for the others to be inside a pass too
+            original(self, kind, l, b)
+        finally:
+            with lock:
+                running[0] -= 1
+
+    monkeypatch.setattr(ex._Step, "run", run)
+    before = threading.active_count()
+    net = ExplicitMLP.random([32, 32, 32])
+    models = profile(net, batches([32, 32, 32], 1, size=8), threads=(1, 2, 4), repeats=3, cores=cores)
+    assert seen == most
+    assert threading.active_count() == before
+    assert all(m.time(1) > 0 for m in models.values())
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_streams_co_run_a_plan_and_equal_the_reference():
     net = ExplicitMLP.random(WIDTHS, seed=3)
