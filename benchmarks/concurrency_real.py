@@ -14,7 +14,8 @@ Usage: python benchmarks/concurrency_real.py [--runs 5] [--width 512] [--layers 
 OpenMP's wait policy is set to passive (``OMP_WAIT_POLICY=PASSIVE``) unless the environment sets one,
 before torch loads OpenMP: with the default, each worker thread's team of OpenMP threads spins while
 idle and takes cores from the tasks running beside it. On a 16-core machine (session 25) every
-strategy ran 1.5-2x faster with it and its spread fell from 35-250 ms to 20-25 ms for the default.
+strategy ran 1.6x or more faster with it (medians), and the default's spread over 5 runs fell from
+35-250 ms to 20-25 ms.
 """
 
 from __future__ import annotations

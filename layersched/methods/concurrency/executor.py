@@ -16,8 +16,8 @@ On a GPU the same plan co-runs through CUDA streams (``execute(..., device="cuda
 
 Set ``OMP_WAIT_POLICY=PASSIVE`` before torch is imported (`benchmarks/concurrency_real.py` does):
 with OpenMP's default policy each worker's idle team of OpenMP threads spins and takes cores from
-the tasks running beside it. On a 16-core machine every strategy ran 1.5-2x faster with it, and the
-default strategy's spread over 5 runs fell from 35-250 ms to 20-25 ms
+the tasks running beside it. On a 16-core machine every strategy ran 1.6x or more faster with it
+(medians), and the default strategy's spread over 5 runs fell from 35-250 ms to 20-25 ms
 (``benchmarks/results/concurrency_real-h100host-16core-profile-and-wait-policy.txt``).
 """
 
