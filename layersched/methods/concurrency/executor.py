@@ -168,6 +168,7 @@ def profile(
     step = prepared()
     jobs = [(kind, l) for kind in ("F", "I", "W", "U") for l in range(L) if not (kind == "I" and l == 0)]
     samples: dict[tuple[str, int], dict[int, float]] = {}
+    current: list[tuple[str, int] | None] = [None]  # the pass being timed, which the other threads run too
 
     def measure(k: int) -> None:
         try:
@@ -191,7 +192,7 @@ def profile(
             own.run(job[0], job[1], 0)
 
     for k in threads:
-        current: list[tuple[str, int] | None] = [jobs[0]]
+        current[0] = jobs[0]
         others = max(0, (cores or 0) // k - 1)
         ready = threading.Barrier(others + 1)
         helpers = [threading.Thread(target=load, args=(k, prepared(), ready)) for _ in range(others)]
