@@ -23,7 +23,7 @@ from layersched.schedule.solve import solve_pipeline
 
 MODEL = f"{Path(__file__).parent / 'models.py'}:gpt_small"
 
-if __name__ == "__main__":  # the ranks are spawned processes, which import this file
+if __name__ == "__main__":  # each rank is a new process, which imports this file
     prof = profile(MODEL, microbatch=4, num_microbatches=8)
     spec = problem_from_profile(prof, microbatches=8, pipeline=2)
     solution = solve_pipeline(pipeline_from_spec(spec), schedule="1f1b-split")

@@ -1,5 +1,11 @@
-"""Start a run on this machine: one process per rank (torch.multiprocessing spawn), a private
-rendezvous on a free localhost port, and a timeout.
+"""Start a run on this machine: one process per rank, a private rendezvous on a free localhost port,
+and a timeout.
+
+Ranks are forked from a fork server that has imported torch once (``forkserver`` start method, where
+the platform has it; ``spawn`` elsewhere). A spawned rank imports torch itself, which takes seconds
+per rank, paid again by every run from the same process (a test suite, a benchmark of many runs).
+The server is a clean process started for this purpose: it imports but never runs torch, so no
+thread pool or CUDA context is forked.
 
 The schedule, the model and the world size are checked in the launcher before any process starts.
 Every process group has a timeout, and the launcher watches its children: when one dies, the
@@ -35,6 +41,18 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from layersched.runtime.runner import Executor, Prepared, RankResult, RunConfig, prepare
+
+# what the fork server imports once; every rank forked from it starts with these loaded
+_PRELOAD = ["torch", "torch.distributed", "layersched.runtime.launch"]
+
+
+def start_method() -> str:
+    """``forkserver`` where this platform has it (its server preloads torch and the runner), else
+    ``spawn``."""
+    if "forkserver" not in mp.get_all_start_methods():
+        return "spawn"
+    mp.set_forkserver_preload(_PRELOAD)  # takes effect when the server starts; later calls change nothing
+    return "forkserver"
 
 
 class RunFailed(RuntimeError):
@@ -117,7 +135,7 @@ def run_processes(
     device: str = "cpu",
     threads: int = 1,
 ) -> list:
-    """Call ``fn(rank, device, state)`` in ``world_size`` spawned processes joined in a process group,
+    """Call ``fn(rank, device, state)`` in ``world_size`` new processes joined in a process group,
     where ``state = before(world_size, *args)`` (run before the group starts; ``args`` without
     ``before``); the results in rank order. `RunFailed` when a rank fails or ``timeout`` passes."""
     store = dist.TCPStore(
@@ -125,7 +143,7 @@ def run_processes(
     )
     with tempfile.TemporaryDirectory(prefix="layersched-run-") as out:
         worker_args = (fn, args, before, world_size, store.port, out, timeout, device, threads)
-        ctx = mp.start_processes(_worker, nprocs=world_size, join=False, start_method="spawn", args=worker_args)
+        ctx = mp.start_processes(_worker, nprocs=world_size, join=False, start_method=start_method(), args=worker_args)
         deadline = time.monotonic() + timeout
         try:
             while not ctx.join(timeout=0.1):
