@@ -5,7 +5,11 @@ Ranks are forked from a fork server that has imported torch once (``forkserver``
 the platform has it; ``spawn`` elsewhere). A spawned rank imports torch itself, which takes seconds
 per rank, paid again by every run from the same process (a test suite, a benchmark of many runs).
 The server is a clean process started for this purpose: it imports but never runs torch, so no
-thread pool or CUDA context is forked.
+thread pool or CUDA context is forked. It starts with the first run and keeps the environment of
+that moment, so each rank is handed the launcher's environment as it is at its own launch (as a
+spawned process would have it): a variable set between two runs (``NCCL_DEBUG``,
+``CUDA_VISIBLE_DEVICES``, ...) reaches the second. Variables that a library reads when torch is
+imported (OpenMP's) are the server's.
 
 The schedule, the model and the world size are checked in the launcher before any process starts.
 Every process group has a timeout, and the launcher watches its children: when one dies, the
@@ -112,7 +116,10 @@ def _worker(
     timeout: float,
     device: str,
     threads: int,
+    environ: dict[str, str],
 ) -> None:
+    os.environ.clear()  # the launcher's environment now, not the fork server's from its start
+    os.environ.update(environ)
     torch.set_num_threads(threads)
     state = before(world_size, *args) if before is not None else args
     dev, backend = pick_device(device, rank)
@@ -142,7 +149,7 @@ def run_processes(
         "127.0.0.1", 0, world_size, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=timeout)
     )
     with tempfile.TemporaryDirectory(prefix="layersched-run-") as out:
-        worker_args = (fn, args, before, world_size, store.port, out, timeout, device, threads)
+        worker_args = (fn, args, before, world_size, store.port, out, timeout, device, threads, dict(os.environ))
         ctx = mp.start_processes(_worker, nprocs=world_size, join=False, start_method=start_method(), args=worker_args)
         deadline = time.monotonic() + timeout
         try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import subprocess
 import sys
 from dataclasses import dataclass, replace
@@ -199,6 +200,19 @@ def test_clock_offset_between_processes_of_one_host_is_near_zero():
     offsets = run_processes(_offsets, 3, timeout=120)
     assert offsets[0] == 0.0
     assert all(abs(x) < 2e-3 for x in offsets)  # one host: one monotonic clock, so only estimation error
+
+
+def _variable(rank, device, state):
+    return os.environ.get("LAYERSCHED_TEST_VARIABLE")
+
+
+def test_each_run_has_the_launchers_environment_of_its_own_launch(monkeypatch):
+    # the first run starts the fork server (if none runs yet); a variable set after that must still
+    # reach the ranks of the next run, as it would reach spawned processes
+    monkeypatch.delenv("LAYERSCHED_TEST_VARIABLE", raising=False)
+    assert run_processes(_variable, 2, timeout=120) == [None, None]
+    monkeypatch.setenv("LAYERSCHED_TEST_VARIABLE", "set between the runs")
+    assert run_processes(_variable, 2, timeout=120) == ["set between the runs"] * 2
 
 
 def test_mismatches_fail_before_any_process_starts(monkeypatch):
