@@ -366,6 +366,18 @@ def _search_mode(
         tried[f"lns ({mode})"] = f"not run: {problem.num_tasks:,} tasks, more than {MAX_SEARCH_TASKS:,}"
     elif not interrupted and result.objective > bound and end - time.perf_counter() > 0.1:
         schedule = result.schedule
+        if end - time.perf_counter() > 2 * BAND_STEP:  # every rank's tail re-solved at once
+            schedule = _tail_step(
+                tasks,
+                schedule,
+                objective,
+                (end - time.perf_counter()) * TAIL_SHARE,
+                bound,
+                workers,
+                tried,
+                mode,
+                progress,
+            )
         if end - time.perf_counter() > 2 * BAND_STEP:  # coarse levels first, then band steps
             chains = symmetry_chains(tasks) if problem.num_tasks <= COARSE_SYMMETRY_TASKS else None
             schedule, info = improve_coarse(
@@ -412,6 +424,65 @@ def _search_mode(
     sol = _solution(pipe, tasks, result.schedule, "best", objective, result, t0, known)
     return _Search(split_backward, sol, sol.metrics["lower_bound"], result.status, interrupted)
 
+
+def tail_cut(tasks: TaskGraph, schedule: Schedule, forwards: int = 1) -> np.ndarray:
+    """Per processor, the start of its ``forwards``-th last forward in ``schedule`` (a processor with
+    fewer forwards, or none, such as a network processor: past every task, so nothing of it is cut)."""
+    problem = tasks.problem
+    kinds = np.array([tasks.graph.nodes[n]["kind"] for n in tasks.names])
+    beyond = int(schedule.end(problem).max()) + 1
+    cut = np.full(problem.num_processors, beyond, dtype=np.int64)
+    for q in range(problem.num_processors):
+        starts = np.sort(schedule.start[(schedule.processor == q) & (kinds == "F")])
+        if len(starts) >= forwards:
+            cut[q] = starts[-forwards]
+    return cut
+
+
+def _tail_step(
+    tasks: TaskGraph,
+    schedule: Schedule,
+    objective: str,
+    seconds: float,
+    bound: int,
+    workers: int,
+    tried: dict,
+    mode: str,
+    progress=None,
+) -> Schedule:
+    """`solvers.cpsat.reoptimize_tails` from each rank's last forward on (`tail_cut`), timed at the
+    earliest starts of its orders; ``schedule`` unless that is better."""
+    from solvers.cpsat import reoptimize_tails
+    from solvers.validate import violations
+
+    problem = tasks.problem
+    t0 = time.perf_counter()
+    found = reoptimize_tails(
+        problem, schedule, tail_cut(tasks, schedule), seconds, objective=objective, bound=bound, workers=workers
+    )
+    if found is not None:
+        retimed = time_orders(problem, found.orders(problem))
+        if not violations(problem, retimed, limit=1) and retimed.objective(problem, objective) <= found.objective(
+            problem, objective
+        ):
+            found = retimed
+        got = found.objective(problem, objective)
+        if got < schedule.objective(problem, objective):
+            schedule = found
+            if progress is not None:
+                progress(
+                    {"incumbent": got, "bound": bound, "gap": (got - bound) / got, "elapsed": time.perf_counter() - t0}
+                )
+    tried[f"tail ({mode})"] = schedule.objective(problem, objective)
+    return schedule
+
+
+TAIL_SHARE = 0.3
+"""The share of what is left after CP-SAT that the tail step gets (`_tail_step`): every rank's passes
+from its last forward on, re-solved by CP-SAT at once with the rest in place. On the held-out
+interleaved rows that no other step moved in 60 s it beats torch's order within seconds: p=16, m=32,
+two stages per rank, from 3.46% to 3.20% in 20 s (2.94%, proven optimal for the window, in 14-33 s);
+p=8, m=32, four stages per rank, from 1.45% to 1.16% in 20 s."""
 
 CPSAT_SHARE = 0.1
 """The share of what is left after polishing that CP-SAT gets on the whole model when a schedule

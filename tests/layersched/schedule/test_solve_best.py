@@ -182,7 +182,8 @@ def test_a_short_limit_tries_the_fixed_patterns_before_a_greedy_search():
 def test_the_coarse_levels_keep_the_symmetry_chains_up_to_a_size(monkeypatch, most):
     """`best` hands the coarse levels the micro-batch chains (`symmetry_chains`) where the graph has at
     most `COARSE_SYMMETRY_TASKS` tasks, and none where it has more; it starts them from a schedule in
-    the chains' order. (The levels and later steps are stubbed: this is about what they are given.)"""
+    the chains' order. (The tail step before them, the levels and later steps are stubbed: this is about
+    what the levels are given.)"""
     import solvers.lns
     from layersched.schedule import solve
 
@@ -196,6 +197,7 @@ def test_the_coarse_levels_keep_the_symmetry_chains_up_to_a_size(monkeypatch, mo
     monkeypatch.setattr(solvers.lns, "improve_bands", lambda p, s, **kw: (s, {}))
     monkeypatch.setattr(solvers.lns, "improve_windows", lambda p, s, **kw: (s, {}))
     monkeypatch.setattr(solve, "COARSE_SYMMETRY_TASKS", most)
+    monkeypatch.setattr(solve, "_tail_step", lambda tasks, schedule, *args, **kw: schedule)
     # the 1.5B interleaved row re-cut to p=4, m=8: nothing before the coarse levels reaches the bound
     import yaml
 
@@ -214,6 +216,71 @@ def test_the_coarse_levels_keep_the_symmetry_chains_up_to_a_size(monkeypatch, mo
             assert all(np.all(np.diff(schedule.start[c]) >= 0) for c in chains)
         else:
             assert chains is None
+
+
+def test_the_tail_step_beats_torchs_interleaved_order_on_a_small_row():
+    """`_tail_step` re-solves every rank's passes from its last forward on (`tail_cut`): on the 1.5B
+    interleaved row re-cut to p=3, m=6, two stages per rank, torch's order (625,715) gets shorter
+    (621,199 when proven optimal for that window), the result is valid (memory included), the
+    passes before each rank's last forward keep their places, and `best` lists the step."""
+    import yaml
+
+    from layersched.describe.config import ProblemSpec
+    from layersched.describe.stages import pipeline_from_spec
+    from layersched.schedule.bounds import pipeline_bounds
+    from layersched.schedule.solve import _tail_step, complete_orders, tail_cut, task_graph
+    from layersched.schedule.templates import template_orders
+    from solvers import time_orders
+    from tests.paths import PROBLEMS
+
+    doc = yaml.safe_load((PROBLEMS / "zb-interleaved-1.5b.yaml").read_text())
+    doc["pipeline"].update(
+        stages=6, stages_per_rank=2, microbatches=6, memory_limit=6 * doc["pipeline"]["memory_forward"]
+    )
+    pipe = pipeline_from_spec(ProblemSpec.model_validate(doc))
+    rank = pipe.stage_to_rank()
+    tasks = task_graph(pipe, True, rank)
+    problem = tasks.problem
+    torch_order = time_orders(problem, complete_orders(tasks, template_orders("interleaved-zb", pipe)))
+    assert torch_order.span(problem) == 625_715
+    cut = tail_cut(tasks, torch_order)
+    forwards = [n for n in tasks.names if tasks.graph.nodes[n]["kind"] == "F"]
+    for q in range(problem.num_processors):  # each rank's cut: the start of its last forward
+        mine = [tasks.index[n] for n in forwards if torch_order.processor[tasks.index[n]] == q]
+        assert cut[q] == max(torch_order.start[mine])
+    bound = max(pipeline_bounds(pipe, rank, "span").values())
+    tried = {}
+    got = _tail_step(tasks, torch_order, "span", 30, bound, 1, tried, "split")
+    validate(problem, got)
+    assert 621_199 <= got.span(problem) < 625_715
+    assert tried["tail (split)"] == got.span(problem)
+    before = torch_order.start < cut[torch_order.processor]
+    for q, (mine, torchs) in enumerate(zip(got.orders(problem), torch_order.orders(problem), strict=True)):
+        kept = int(before[torch_order.processor == q].sum())
+        assert kept and list(mine[:kept]) == list(torchs[:kept])
+
+
+def test_best_runs_the_tail_step_and_lists_it(monkeypatch):
+    """`best` runs the tail step after CP-SAT, where the time allows, and lists what it reached (the
+    steps after it are stubbed, so the call ends once the tail step has)."""
+    import yaml
+
+    import solvers.lns
+    from layersched.describe.config import ProblemSpec
+    from layersched.describe.stages import pipeline_from_spec
+    from tests.paths import PROBLEMS
+
+    monkeypatch.setattr(solvers.lns, "improve_coarse", lambda p, s, **kw: (s, {"levels": {}}))
+    monkeypatch.setattr(solvers.lns, "improve_bands", lambda p, s, **kw: (s, {}))
+    monkeypatch.setattr(solvers.lns, "improve_windows", lambda p, s, **kw: (s, {}))
+    doc = yaml.safe_load((PROBLEMS / "zb-interleaved-1.5b.yaml").read_text())
+    doc["pipeline"].update(
+        stages=6, stages_per_rank=2, microbatches=6, memory_limit=6 * doc["pipeline"]["memory_forward"]
+    )
+    sol = solve_best(pipeline_from_spec(ProblemSpec.model_validate(doc)), time_limit=30)
+    listed = sol.info["candidates"]
+    assert listed["tail (split)"] < listed["interleaved-zb"] == 625_715
+    assert sol.metrics["value"] <= listed["tail (split)"]
 
 
 @pytest.mark.parametrize(
