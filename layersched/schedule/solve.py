@@ -480,9 +480,10 @@ def _tail_step(
 TAIL_SHARE = 0.3
 """The share of what is left after CP-SAT that the tail step gets (`_tail_step`): every rank's passes
 from its last forward on, re-solved by CP-SAT at once with the rest in place. On the held-out
-interleaved rows that no other step moved in 60 s it beats torch's order within seconds: p=16, m=32,
-two stages per rank, from 3.46% to 3.20% in 20 s (2.94%, proven optimal for the window, in 14-33 s);
-p=8, m=32, four stages per rank, from 1.45% to 1.16% in 20 s."""
+interleaved rows that no other step moved in 60 s it beats torch's order within seconds. Alone from
+torch's order: p=16, m=32, two stages per rank, 3.46% to 3.20% in 20 s (2.94%, proven optimal for
+the window, in 14-33 s); p=8, m=32, four stages per rank, 1.45% to 1.16% in 20 s. Inside a 60 s
+`best` (session 26, 3 runs each): 3.20% and 1.30-1.31%."""
 
 CPSAT_SHARE = 0.1
 """The share of what is left after polishing that CP-SAT gets on the whole model when a schedule
