@@ -361,7 +361,7 @@ def reoptimize_tails(
     Returns the new schedule (never worse: the given one is the hint and a solution), or None when
     CP-SAT found nothing in ``time_limit`` seconds.
 
-    >>> p = Problem(duration=[2, 2, 2], num_processors=1)
+    >>> p = Problem(duration=[2, 2, 2], num_processors=1, edges=[[1, 2]])
     >>> s = Schedule(processor=[0, 0, 0], start=[0, 4, 6])
     >>> reoptimize_tails(p, s, np.array([3]), 5).start.tolist()
     [0, 2, 4]
