@@ -158,7 +158,7 @@ def test_tails_reach_the_optimum_of_a_late_block():
     p = Problem(duration=[2, 3, 1], num_processors=2, edges=[[0, 1]], delay=[5])
     s = Schedule(processor=[0, 0, 1], start=[0, 6, 9])
     got = reoptimize_tails(p, s, np.array([1, 0]), 5, bound=5)
-    assert got.start.tolist() == [0, 2, 0]
+    assert got.start[:2].tolist() == [0, 2]  # task 2 may lie anywhere in [0, 4]: every such place is optimal
     assert got.makespan(p) == 5
     with pytest.raises(ValueError, match="one time per processor"):
         reoptimize_tails(p, s, np.array([1]), 5)
