@@ -46,7 +46,7 @@ from collections.abc import Callable
 import numpy as np
 
 from solvers.bounds import lower_bound
-from solvers.cpsat import cpsat, reoptimize_window
+from solvers.cpsat import cpsat, reoptimize_tails, reoptimize_window
 from solvers.graph import neighbours
 from solvers.heuristics import best
 from solvers.polish import polish
@@ -352,6 +352,33 @@ def _drive(
                               "elapsed": time.perf_counter() - t0})  # fmt: skip
             current, value = moved, got
     return current, {"steps": done, "improvements": improvements} | ({"interrupted": True} if interrupted else {})
+
+
+def improve_tails(
+    problem: Problem,
+    schedule: Schedule,
+    cut: np.ndarray,
+    *,
+    objective: str = "makespan",
+    time_limit: float = 30.0,
+    bound: int = 0,
+    workers: int = 2,
+    progress: Callable[[dict], None] | None = None,
+) -> tuple[Schedule, dict]:
+    """One step from a valid ``schedule``: every processor's tasks from ``cut`` (per processor) on
+    re-solved at once (`solvers.cpsat.reoptimize_tails`), its orders timed at their earliest starts
+    where that is valid and no worse. The best schedule and ``info`` as `_drive` gives them."""
+
+    def step(current: Schedule, left: float, _: int) -> tuple[Schedule | None, bool]:
+        try:
+            found = reoptimize_tails(problem, current, cut, left, objective=objective, bound=bound, workers=workers)
+        except KeyboardInterrupt:
+            return None, True
+        if found is None:
+            return None, False
+        return min((_retimed(problem, found), found), key=lambda s: s.objective(problem, objective)), False
+
+    return _drive(problem, schedule, objective, time_limit, bound, progress, step, least=0.05, steps=1)
 
 
 def _retimed(problem: Problem, schedule: Schedule) -> Schedule:

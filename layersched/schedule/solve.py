@@ -287,7 +287,7 @@ def _search_mode(
     ``tried``."""
     from solvers import get_solver
     from solvers.cpsat import MAX_SEARCH_TASKS, decline_reason
-    from solvers.lns import improve_bands, improve_coarse, improve_windows
+    from solvers.lns import improve_bands, improve_coarse, improve_tails, improve_windows
     from solvers.polish import polish
 
     t0 = time.perf_counter()
@@ -367,18 +367,19 @@ def _search_mode(
     elif not interrupted and result.objective > bound and end - time.perf_counter() > 0.1:
         schedule = result.schedule
         if end - time.perf_counter() > 2 * BAND_STEP:  # every rank's tail re-solved at once
-            schedule = _tail_step(
-                tasks,
+            schedule, info = improve_tails(
+                problem,
                 schedule,
-                objective,
-                (end - time.perf_counter()) * TAIL_SHARE,
-                bound,
-                workers,
-                tried,
-                mode,
-                progress,
+                tail_cut(tasks, schedule),
+                objective=objective,
+                time_limit=(end - time.perf_counter()) * TAIL_SHARE,
+                bound=bound,
+                workers=workers,
+                progress=progress,
             )
-        if end - time.perf_counter() > 2 * BAND_STEP:  # coarse levels first, then band steps
+            interrupted = bool(info.get("interrupted"))
+            tried[f"tail ({mode})"] = schedule.objective(problem, objective)
+        if not interrupted and end - time.perf_counter() > 2 * BAND_STEP:  # coarse levels, then band steps
             chains = symmetry_chains(tasks) if problem.num_tasks <= COARSE_SYMMETRY_TASKS else None
             schedule, info = improve_coarse(
                 problem,
@@ -439,47 +440,10 @@ def tail_cut(tasks: TaskGraph, schedule: Schedule, forwards: int = 1) -> np.ndar
     return cut
 
 
-def _tail_step(
-    tasks: TaskGraph,
-    schedule: Schedule,
-    objective: str,
-    seconds: float,
-    bound: int,
-    workers: int,
-    tried: dict,
-    mode: str,
-    progress=None,
-) -> Schedule:
-    """`solvers.cpsat.reoptimize_tails` from each rank's last forward on (`tail_cut`), timed at the
-    earliest starts of its orders; ``schedule`` unless that is better."""
-    from solvers.cpsat import reoptimize_tails
-    from solvers.validate import violations
-
-    problem = tasks.problem
-    t0 = time.perf_counter()
-    found = reoptimize_tails(
-        problem, schedule, tail_cut(tasks, schedule), seconds, objective=objective, bound=bound, workers=workers
-    )
-    if found is not None:
-        retimed = time_orders(problem, found.orders(problem))
-        if not violations(problem, retimed, limit=1) and retimed.objective(problem, objective) <= found.objective(
-            problem, objective
-        ):
-            found = retimed
-        got = found.objective(problem, objective)
-        if got < schedule.objective(problem, objective):
-            schedule = found
-            if progress is not None:
-                progress(
-                    {"incumbent": got, "bound": bound, "gap": (got - bound) / got, "elapsed": time.perf_counter() - t0}
-                )
-    tried[f"tail ({mode})"] = schedule.objective(problem, objective)
-    return schedule
-
-
 TAIL_SHARE = 0.3
-"""The share of what is left after CP-SAT that the tail step gets (`_tail_step`): every rank's passes
-from its last forward on, re-solved by CP-SAT at once with the rest in place. On the held-out
+"""The share of what is left after CP-SAT that the tail step gets (`solvers.lns.improve_tails` from
+`tail_cut`): every rank's passes from its last forward on, re-solved by CP-SAT at once with the rest
+in place. On the held-out
 interleaved rows that no other step moved in 60 s it beats torch's order within seconds. Alone from
 torch's order: p=16, m=32, two stages per rank, 3.46% to 3.20% in 20 s (2.94%, proven optimal for
 the window, in 14-33 s); p=8, m=32, four stages per rank, 1.45% to 1.16% in 20 s. Inside a 60 s

@@ -197,7 +197,7 @@ def test_the_coarse_levels_keep_the_symmetry_chains_up_to_a_size(monkeypatch, mo
     monkeypatch.setattr(solvers.lns, "improve_bands", lambda p, s, **kw: (s, {}))
     monkeypatch.setattr(solvers.lns, "improve_windows", lambda p, s, **kw: (s, {}))
     monkeypatch.setattr(solve, "COARSE_SYMMETRY_TASKS", most)
-    monkeypatch.setattr(solve, "_tail_step", lambda tasks, schedule, *args, **kw: schedule)
+    monkeypatch.setattr(solvers.lns, "improve_tails", lambda p, s, cut, **kw: (s, {}))
     # the 1.5B interleaved row re-cut to p=4, m=8: nothing before the coarse levels reaches the bound
     import yaml
 
@@ -219,18 +219,20 @@ def test_the_coarse_levels_keep_the_symmetry_chains_up_to_a_size(monkeypatch, mo
 
 
 def test_the_tail_step_beats_torchs_interleaved_order_on_a_small_row():
-    """`_tail_step` re-solves every rank's passes from its last forward on (`tail_cut`): on the 1.5B
-    interleaved row re-cut to p=3, m=6, two stages per rank, torch's order (625,715) gets shorter
-    (621,199 when proven optimal for that window), the result is valid (memory included), the
-    passes before each rank's last forward keep their places, and `best` lists the step."""
+    """The tail step (`solvers.lns.improve_tails` from `tail_cut`) re-solves every rank's passes from
+    its last forward on: on the 1.5B interleaved row re-cut to p=3, m=6, two stages per rank, torch's
+    order (625,715) gets shorter (621,199 when proven optimal for that window) in one improving step,
+    the result is valid (memory included), and the passes before each rank's last forward keep their
+    places."""
     import yaml
 
     from layersched.describe.config import ProblemSpec
     from layersched.describe.stages import pipeline_from_spec
     from layersched.schedule.bounds import pipeline_bounds
-    from layersched.schedule.solve import _tail_step, complete_orders, tail_cut, task_graph
+    from layersched.schedule.solve import complete_orders, tail_cut, task_graph
     from layersched.schedule.templates import template_orders
     from solvers import time_orders
+    from solvers.lns import improve_tails
     from tests.paths import PROBLEMS
 
     doc = yaml.safe_load((PROBLEMS / "zb-interleaved-1.5b.yaml").read_text())
@@ -249,11 +251,10 @@ def test_the_tail_step_beats_torchs_interleaved_order_on_a_small_row():
         mine = [tasks.index[n] for n in forwards if torch_order.processor[tasks.index[n]] == q]
         assert cut[q] == max(torch_order.start[mine])
     bound = max(pipeline_bounds(pipe, rank, "span").values())
-    tried = {}
-    got = _tail_step(tasks, torch_order, "span", 30, bound, 1, tried, "split")
+    got, info = improve_tails(problem, torch_order, cut, objective="span", time_limit=30, bound=bound, workers=1)
     validate(problem, got)
     assert 621_199 <= got.span(problem) < 625_715
-    assert tried["tail (split)"] == got.span(problem)
+    assert info == {"steps": 1, "improvements": 1}
     before = torch_order.start < cut[torch_order.processor]
     for q, (mine, torchs) in enumerate(zip(got.orders(problem), torch_order.orders(problem), strict=True)):
         kept = int(before[torch_order.processor == q].sum())
