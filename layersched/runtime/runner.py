@@ -131,6 +131,12 @@ def prepare(cfg: RunConfig, world_size: int) -> Prepared:
             f"{what} needs runtime 'layersched', not {cfg.runtime!r} (torch's executor runs its own "
             "backward); drop one of them"
         )
+    if cfg.runtime == "torch":
+        from layersched.runtime.torch_runtime import torch_supports
+
+        why = torch_supports(doc)
+        if why:
+            raise PlanError(f"runtime torch: {why}")
     workload = load_workload(cfg.model, **cfg.model_options)
     names, stage_layers = workload.stage_units(p.stage_layers)
     units = dict(workload.units(sublayers=names != workload.layer_names))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass, replace
@@ -250,6 +251,35 @@ def test_mismatches_fail_before_any_process_starts(monkeypatch):
         launch_local(cyclic, MLP)
     with pytest.raises(PlanError, match="has no function 'nope'"):
         launch_local(doc, f"{ROOT / 'examples' / 'models.py'}:nope")
+
+
+@pytest.mark.parametrize(
+    ("version", "loop", "v"),
+    [
+        ("2.9.1", "aborted every schedule", "aborted every schedule"),
+        ("2.10.0", "aborted every schedule", "aborted every schedule"),
+        ("2.11.0+cu130", None, "sends stage 1's shapes to stage 2 on the same rank (1)"),
+        ("2.12.0", None, None),
+        ("2.13.0", None, None),
+    ],
+)
+def test_torch_runtime_is_refused_before_any_process_starts_where_its_release_fails(monkeypatch, version, loop, v):
+    # seen on the GPU machine (torch 2.11) and here (2.9.1): those runs failed inside the ranks
+    def no_spawn(*args, **kwargs):
+        raise AssertionError("processes were started")
+
+    monkeypatch.setattr(launch_module.mp, "start_processes", no_spawn)
+    monkeypatch.setattr(torch, "__version__", version)
+    for name, expected in (("interleaved", loop), ("v-min", v)):
+        doc = schedule_file(solve_pipeline(stage_pipe(2, 4, 2), schedule=name))
+        why = torch_supports(doc)
+        if expected is None:
+            assert why is None
+            continue
+        assert expected in why and f"torch {version}'s runtime" in why
+        with pytest.raises(PlanError, match="^runtime torch: " + re.escape(why) + "$"):
+            launch_local(doc, MLP, runtime="torch")
+        assert _config(doc).runtime == "layersched" and launch_module.prepare(_config(doc), 2)  # ours runs it
 
 
 @pytest.mark.parametrize(
