@@ -59,9 +59,10 @@ def version_refusal(version: str, stage_to_rank: list[int]) -> str | None:
 
     v = TorchVersion(version)
     if v < TORCH_RUNTIME_SINCE:
+        since = ".".join(map(str, TORCH_RUNTIME_SINCE))
         return (
-            f"torch {version}'s runtime aborted every schedule in our runs (2.9.1: a message size mismatch over "
-            f"gloo); use torch >= {'.'.join(map(str, TORCH_RUNTIME_SINCE))} or runtime layersched"
+            f"torch {version}'s runtime is older than {since}, the first release that ran our schedules (2.9.1 "
+            f"aborted every one over gloo: a message size mismatch); use torch >= {since} or runtime layersched"
         )
     if v < SAME_RANK_NEIGHBOURS_SINCE:
         for s, (a, b) in enumerate(itertools.pairwise(stage_to_rank)):
