@@ -440,14 +440,18 @@ def tail_cut(tasks: TaskGraph, schedule: Schedule, forwards: int = 1) -> np.ndar
     return cut
 
 
-TAIL_SHARE = 0.3
+TAIL_SHARE = 0.6
 """The share of what is left after CP-SAT that the tail step gets (`solvers.lns.improve_tails` from
 `tail_cut`): every rank's passes from its last forward on, re-solved by CP-SAT at once with the rest
 in place. On the held-out
 interleaved rows that no other step moved in 60 s it beats torch's order within seconds. Alone from
 torch's order: p=16, m=32, two stages per rank, 3.46% to 3.20% in 20 s (2.94%, proven optimal for
-the window, in 14-33 s); p=8, m=32, four stages per rank, 1.45% to 1.16% in 20 s. Inside a 60 s
-`best` (session 26, 3 runs each): 3.20% and 1.30-1.31%."""
+the window, in 14-33 s); p=8, m=32, four stages per rank, 1.45% to 1.16% in 20 s. It had 0.3 in
+session 26. In 60 s `best` runs in one process (session 27, 2-core VM), 0.6 against 0.3: p=16, m=32,
+v=2: 2.94 / 3.10 / 3.20% against 3.20% x3; the bundled p=8 row 1.99% x3 against 1.99 / 1.99 /
+2.15%; p=8, m=32, v=4: 1.22 / 1.31% against 1.30 / 1.31 / 1.31%; p=12, m=24: 3.35 / 3.44% against
+3.44 / 3.53 / 3.53%; p=8, m=16, v=2 (where the coarse levels that follow matter): 2.04 / 2.77%
+against 1.87-2.77% (6 runs)."""
 
 CPSAT_SHARE = 0.1
 """The share of what is left after polishing that CP-SAT gets on the whole model when a schedule
