@@ -28,9 +28,9 @@ from layersched.describe.config import ProblemSpec
 from layersched.describe.stages import pipeline_from_spec
 from layersched.formats.export import schedule_file
 from layersched.runtime.launch import launch_jobs
+from layersched.runtime.preflight import torch_supports
 from layersched.runtime.profiler import CALIBRATION_SCHEDULES, problem_from_profile, profile
 from layersched.runtime.runner import RunConfig
-from layersched.runtime.torch_runtime import torch_supports
 from layersched.runtime.trace import compare, trace_document
 from layersched.schedule.solve import solve_pipeline
 from layersched.schedule.templates import TemplateError, template_names

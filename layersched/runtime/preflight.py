@@ -12,12 +12,16 @@ Given a schedule file (already checked by our validator), it replays what torch 
 
 Each check is a line with its outcome; a failure says what differs. torch is needed (checks 1-3 are
 torch's code); the placement rule alone is pure Python.
+
+`torch_supports` is the short form the runner asks before ``--runtime torch``: check 1, and whether
+the installed torch release runs the placement at all (`version_refusal`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 from dataclasses import dataclass
 
 from layersched.describe.placement import placement
@@ -57,6 +61,69 @@ def placement_check(stage_to_rank: list[int], schedule_name: str | None = None) 
             f"use a schedule name of this placement or solve again with placement {style}",
         )
     return Check("torchtitan placement", True, f"{schedule_name}: {style} placement, {S // R} stage(s) per rank")
+
+
+TORCH_RUNTIME_SINCE = (2, 11)
+"""The first torch release whose runtime ran our schedules: 2.9.1 aborted every one of them over
+gloo in its first step ("Received data size doesn't match expected size", float32 models too);
+2.11 and 2.13 ran them (session 27). 2.10 was not tried."""
+
+SAME_RANK_NEIGHBOURS_SINCE = (2, 12)
+"""The first torch release whose stages pass shapes to a neighbouring stage on their own rank
+without the network (``PipelineStage._is_same_rank``, read in 2.12's source). 2.11 sends them as to
+another rank, which gloo cannot ("Pair is not connected"): every V placement (``dualpipev``,
+``v-half``, ``v-min``, ``zb-v``) failed there, the loop placements ran; 2.13 runs both."""
+
+
+def version_refusal(version: str, stage_to_rank: list[int]) -> str | None:
+    """Why torch ``version``'s runtime cannot run a schedule with this placement, or None: releases
+    before `TORCH_RUNTIME_SINCE` at all, and before `SAME_RANK_NEIGHBOURS_SINCE` where two
+    neighbouring stages share a rank.
+
+    >>> version_refusal("2.11.0+cu130", [0, 1, 1, 0]).split(", which")[0]
+    "torch 2.11.0+cu130's runtime sends stage 1's shapes to stage 2 on the same rank (1) over the network"
+    >>> version_refusal("2.11.0", [0, 1, 0, 1]) is None
+    True
+    """
+    from torch.torch_version import TorchVersion
+
+    v = TorchVersion(version)
+    if v < TORCH_RUNTIME_SINCE:
+        since = ".".join(map(str, TORCH_RUNTIME_SINCE))
+        return (
+            f"torch {version}'s runtime is older than {since}, the first release that ran our schedules (2.9.1 "
+            f"aborted every one over gloo: a message size mismatch); use torch >= {since} or runtime layersched"
+        )
+    if v < SAME_RANK_NEIGHBOURS_SINCE:
+        for s, (a, b) in enumerate(itertools.pairwise(stage_to_rank)):
+            if a == b:
+                return (
+                    f"torch {version}'s runtime sends stage {s}'s shapes to stage {s + 1} on the same rank ({a}) over "
+                    f"the network, which fails (V placements); use torch >= "
+                    f"{'.'.join(map(str, SAME_RANK_NEIGHBOURS_SINCE))} or runtime layersched"
+                )
+    return None
+
+
+def torch_supports(schedule) -> str | None:
+    """Why torch's runtime cannot run ``schedule`` (a `ScheduleFile`), or None when it can: the
+    installed release must run its placement (`version_refusal`), and torch must accept the CSV as it
+    loads it, checked without starting processes."""
+    import torch
+    from torch.distributed.pipelining.schedules import _Action, _validate_schedule
+
+    p = schedule.pipeline
+    why = version_refusal(torch.__version__, list(p.stage_to_rank))
+    if why:
+        return why
+    actions = {r: [_Action.from_str(a) for a in acts] for r, acts in enumerate(schedule.actions)}
+    try:
+        mapping = _validate_schedule(actions, p.num_ranks, p.num_stages, p.num_microbatches)
+    except (AssertionError, RuntimeError, ValueError) as exc:
+        return f"torch rejects the action lists: {str(exc).splitlines()[0]}"
+    if [mapping[s] for s in range(p.num_stages)] != list(p.stage_to_rank):
+        return "torch infers a different stage placement from the action lists"
+    return None
 
 
 def preflight(doc, schedule_name: str | None = None) -> list[Check]:

@@ -132,7 +132,7 @@ def prepare(cfg: RunConfig, world_size: int) -> Prepared:
             "backward); drop one of them"
         )
     if cfg.runtime == "torch":
-        from layersched.runtime.torch_runtime import torch_supports
+        from layersched.runtime.preflight import torch_supports
 
         why = torch_supports(doc)
         if why:

@@ -24,8 +24,8 @@ from layersched.formats.export import save_json, schedule_file  # noqa: E402
 from layersched.runtime import launch as launch_module  # noqa: E402
 from layersched.runtime.launch import RunFailed, launch_jobs, launch_local, run_processes  # noqa: E402
 from layersched.runtime.plan import PlanError, plan_schedule  # noqa: E402
+from layersched.runtime.preflight import torch_supports  # noqa: E402
 from layersched.runtime.runner import RunConfig, clock_offset, prepare, train_reference  # noqa: E402
-from layersched.runtime.torch_runtime import torch_supports  # noqa: E402
 from layersched.runtime.trace import compare, flight_times, trace_document  # noqa: E402
 from layersched.runtime.workload import load_workload  # noqa: E402
 from layersched.schedule.graph import parse_action  # noqa: E402
