@@ -110,44 +110,50 @@ def torch_supports(schedule) -> str | None:
     installed release must run its placement (`version_refusal`), and torch must accept the CSV as it
     loads it, checked without starting processes."""
     import torch
-    from torch.distributed.pipelining.schedules import _Action, _validate_schedule
 
-    p = schedule.pipeline
-    why = version_refusal(torch.__version__, list(p.stage_to_rank))
+    why = version_refusal(torch.__version__, list(schedule.pipeline.stage_to_rank))
     if why:
         return why
-    actions = {r: [_Action.from_str(a) for a in acts] for r, acts in enumerate(schedule.actions)}
+    _, check = _validate_check(schedule, _torch_actions(schedule))
+    return None if check.ok else f"torch rejects the action lists: {check.detail}"
+
+
+def _torch_actions(doc) -> dict:
+    """Each rank's actions of schedule file ``doc`` as torch's ``_Action`` objects."""
+    from torch.distributed.pipelining.schedules import _Action
+
+    return {r: [_Action.from_str(a) for a in acts] for r, acts in enumerate(doc.actions)}
+
+
+def _validate_check(doc, actions: dict) -> tuple[dict | None, Check]:
+    """Check 1: torch's ``_validate_schedule`` of ``actions``, and the stage placement it derives
+    against the file's. The placement (stage -> rank) when it passes, else None; and the check."""
+    from torch.distributed.pipelining.schedules import _validate_schedule
+
+    rec = doc.pipeline
+    p, S, m = rec.num_ranks, rec.num_stages, rec.num_microbatches
     try:
-        mapping = _validate_schedule(actions, p.num_ranks, p.num_stages, p.num_microbatches)
-    except (AssertionError, RuntimeError, ValueError) as exc:
-        return f"torch rejects the action lists: {str(exc).splitlines()[0]}"
-    if [mapping[s] for s in range(p.num_stages)] != list(p.stage_to_rank):
-        return "torch infers a different stage placement from the action lists"
-    return None
+        mapping = _validate_schedule(actions, p, S, m)
+    except (AssertionError, RuntimeError, ValueError, KeyError) as exc:
+        return None, Check("torch _validate_schedule", False, str(exc).strip().splitlines()[0][:300])
+    if [mapping[s] for s in range(S)] != list(rec.stage_to_rank):
+        why = f"torch derives stage ranks {mapping}, the file has {rec.stage_to_rank}"
+        return None, Check("torch _validate_schedule", False, why)
+    return mapping, Check("torch _validate_schedule", True, f"{p} ranks, {S} stages, {m} micro-batches")
 
 
 def preflight(doc, schedule_name: str | None = None) -> list[Check]:
     """torch's offline checks of schedule file ``doc``, then torchtitan's placement rule. `ImportError`
     without torch."""
-    from torch.distributed.pipelining.schedules import (
-        _Action,
-        _add_send_recv,
-        _simulate_comms_compute,
-        _validate_schedule,
-    )
+    from torch.distributed.pipelining.schedules import _add_send_recv, _simulate_comms_compute
 
     rec = doc.pipeline
-    p, S, m = rec.num_ranks, rec.num_stages, rec.num_microbatches
-    actions = {r: [_Action.from_str(a) for a in doc.actions[r]] for r in range(p)}
-    checks = []
-    try:
-        mapping = _validate_schedule(actions, p, S, m)
-    except (AssertionError, ValueError, KeyError) as exc:
-        return [Check("torch _validate_schedule", False, str(exc).strip().splitlines()[0][:300])]
-    if [mapping[s] for s in range(S)] != list(rec.stage_to_rank):
-        why = f"torch derives stage ranks {mapping}, the file has {rec.stage_to_rank}"
-        return [Check("torch _validate_schedule", False, why)]
-    checks.append(Check("torch _validate_schedule", True, f"{p} ranks, {S} stages, {m} micro-batches"))
+    S = rec.num_stages
+    actions = _torch_actions(doc)
+    mapping, first = _validate_check(doc, actions)
+    if mapping is None:
+        return [first]
+    checks = [first]
     try:
         comms = _add_send_recv(actions, lambda s: mapping[s], S)
     except (AssertionError, ValueError, KeyError) as exc:
