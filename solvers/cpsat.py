@@ -395,16 +395,8 @@ def reoptimize_tails(
             model.add(s[v] >= (e[u] if free[u] else int(end[u])) + int(d))
         elif free[u]:
             model.add(e[u] + int(d) <= int(start[v]))
-    mem = problem.mem_delta
-    for q in range(P):
-        movers = [t for t in W if proc[t] == q and mem[t] != 0]
-        level = int(mem[(proc == q) & ~free].sum())
-        if not movers or level + sum(max(int(mem[t]), 0) for t in movers) <= problem.capacity[q]:
-            continue  # cannot overflow
-        times = [s[t] if mem[t] > 0 else e[t] for t in movers] + [int(kept_end[q])]
-        changes = [int(mem[t]) for t in movers] + [level]
-        lowest = min(0, level + sum(min(c, 0) for c in changes[:-1]))
-        model.add_reservoir_constraint(times, changes, lowest, int(problem.capacity[q]))
+    # every event of a task left in place is at or before its processor's kept end: all in the level there
+    _window_memory(problem, model, s, e, free, proc, start, end, kept_end, kept_end)
     worst = model.new_int_var(0, hi, "worst")
     for q in range(P):
         on_q = proc == q
@@ -515,22 +507,28 @@ def _window_links(problem: Problem, model, s: dict, e: dict, on: dict, allowed, 
                     c.only_enforce_if(lits)
 
 
-def _window_memory(problem: Problem, model, s: dict, e: dict, free, proc, start, end, lo: int, hi: int) -> None:
-    """`reoptimize_window`'s memory: per processor where the window's tasks change memory (they keep
-    their processor), a reservoir from the level the tasks before the window left, with the events
-    of the tasks left in place within [lo, hi] at their times."""
+def _window_memory(
+    problem: Problem, model, s: dict, e: dict, free, proc, start, end, lo: int | np.ndarray, hi: int | np.ndarray
+) -> None:
+    """`reoptimize_window`'s memory (and `reoptimize_tails'`, with ``lo`` and ``hi`` per processor):
+    per processor where the window's tasks change memory (they keep their processor), a reservoir
+    from the level the tasks before the window left, with the events of the tasks left in place
+    within [lo, hi] at their times."""
     mem, cap = problem.mem_delta, problem.capacity
     movers = np.flatnonzero(free & (mem != 0))
     event = np.where(mem > 0, start, end)  # an allocation at the start, a release at the end
+    los = np.broadcast_to(lo, (problem.num_processors,))
+    his = np.broadcast_to(hi, (problem.num_processors,))
     for q in np.unique(proc[movers]).tolist():
+        lo_q, hi_q = int(los[q]), int(his[q])
         mine = movers[proc[movers] == q].tolist()
         fixed = np.flatnonzero(~free & (proc == q) & (mem != 0))
-        before = fixed[event[fixed] < lo]
-        inside = fixed[(event[fixed] >= lo) & (event[fixed] <= hi)]
+        before = fixed[event[fixed] < lo_q]
+        inside = fixed[(event[fixed] >= lo_q) & (event[fixed] <= hi_q)]
         level = int(mem[before].sum())
         if level + int(np.clip(mem[inside], 0, None).sum()) + sum(max(int(mem[t]), 0) for t in mine) <= cap[q]:
             continue  # cannot overflow
-        times = [s[t] if mem[t] > 0 else e[t] for t in mine] + event[inside].tolist() + [lo]
+        times = [s[t] if mem[t] > 0 else e[t] for t in mine] + event[inside].tolist() + [lo_q]
         changes = [int(mem[t]) for t in mine] + mem[inside].tolist() + [level]
         lowest = min(0, level + sum(min(c, 0) for c in changes[:-1]))
         model.add_reservoir_constraint(times, changes, lowest, int(cap[q]))
