@@ -216,11 +216,17 @@ def test_each_run_has_the_launchers_environment_of_its_own_launch(monkeypatch):
     assert run_processes(_variable, 2, timeout=120) == ["set between the runs"] * 2
 
 
-def test_mismatches_fail_before_any_process_starts(monkeypatch):
+@pytest.fixture
+def no_processes(monkeypatch):
+    """Any attempt to start rank processes fails the test."""
+
     def no_spawn(*args, **kwargs):
         raise AssertionError("processes were started")
 
     monkeypatch.setattr(launch_module.mp, "start_processes", no_spawn)
+
+
+def test_mismatches_fail_before_any_process_starts(no_processes):
     doc = schedule_file(solve_pipeline(stage_pipe(2, 4), schedule="1f1b"))
     with pytest.raises(
         PlanError,
@@ -263,12 +269,10 @@ def test_mismatches_fail_before_any_process_starts(monkeypatch):
         ("2.13.0", None, None),
     ],
 )
-def test_torch_runtime_is_refused_before_any_process_starts_where_its_release_fails(monkeypatch, version, loop, v):
+def test_torch_runtime_is_refused_before_any_process_starts_where_its_release_fails(
+    no_processes, monkeypatch, version, loop, v
+):
     # seen on the GPU machine (torch 2.11) and here (2.9.1): those runs failed inside the ranks
-    def no_spawn(*args, **kwargs):
-        raise AssertionError("processes were started")
-
-    monkeypatch.setattr(launch_module.mp, "start_processes", no_spawn)
     monkeypatch.setattr(torch, "__version__", version)
     for name, expected in (("interleaved", loop), ("v-min", v)):
         doc = schedule_file(solve_pipeline(stage_pipe(2, 4, 2), schedule=name))
