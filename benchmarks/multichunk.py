@@ -19,8 +19,12 @@ peer's order fits there); and the V row at p=16 and p=8 under V-Half's memory, Z
 ``--rows more`` runs rows of the same two kinds that the development above never tuned on: the
 interleaved row at p=12 (m=2p and m=3p) and with two stages per rank (p=8, m=16); the V row at p=8
 (m=24) and p=24 (m=48); and the V row at p=12, m=36 over links 2.5 times slower (transfer 4025).
+``--rows unseen`` runs more such rows, first run in session 28 (after every step of the search was
+tuned): the interleaved row at p=6 (m=18), p=10 (m=20), with two stages per rank at p=4 (m=16) and
+p=12 (m=24), and at p=6 under 14 stage activations per rank; the V row at p=6 (m=18), p=10 (m=40)
+and p=12 under 16 stage activations; and `uneven_row`, stages of unequal cost.
 
-Usage: python benchmarks/multichunk.py [--runs 3] [--time-limit 60] [--rows issue|more]
+Usage: python benchmarks/multichunk.py [--runs 3] [--time-limit 60] [--rows issue|more|unseen]
 (the issue's rows: about 20 minutes on 2 cores at the defaults)
 """
 
@@ -88,6 +92,43 @@ def more_rows(tmp: Path) -> list[Path]:
         recut(tmp, "zb-v-6.2b", 8, 24),
         recut(tmp, "zb-v-6.2b", 24, 48),
         recut(tmp, "zb-v-6.2b", 12, 36, transfer=4025),
+    ]
+
+
+UNEVEN = {0: (1.4, 1.2, 1.0), -1: (1.3, 1.5, 1.2)}
+"""`uneven_row`'s stages that cost more than the others: stage -> factors of its F, I and W times (the
+first stage also embeds, the last computes the head and the loss)."""
+
+
+def uneven_row(tmp: Path) -> Path:
+    """The interleaved row re-cut to p=4, m=16, two stages per rank (1F1B's memory), with the first and
+    the last stage slower by `UNEVEN`: the last rank is the bottleneck, and no template is made for it."""
+    path = recut(tmp, "zb-interleaved-1.5b", 4, 16, stages_per_rank=2)
+    doc = yaml.safe_load(path.read_text())
+    p = doc["pipeline"]
+    for key, k in (("forward", 0), ("backward_input", 1), ("backward_weight", 2)):
+        times = [int(p[key])] * p["stages"]
+        for stage, factors in UNEVEN.items():
+            times[stage] = int(times[stage] * factors[k])
+        p[key] = times
+    doc["name"] += "-uneven"
+    out = tmp / f"{doc['name']}.yaml"
+    out.write_text(yaml.safe_dump(doc))
+    return out
+
+
+def unseen_rows(tmp: Path) -> list[Path]:
+    """Rows of the same kinds first run after the search was tuned (``--rows unseen``)."""
+    return [
+        recut(tmp, "zb-interleaved-1.5b", 6, 18),
+        recut(tmp, "zb-interleaved-1.5b", 10, 20),
+        recut(tmp, "zb-interleaved-1.5b", 4, 16, stages_per_rank=2),
+        recut(tmp, "zb-interleaved-1.5b", 12, 24, stages_per_rank=2),
+        recut(tmp, "zb-interleaved-1.5b", 6, 12, activations=14),
+        recut(tmp, "zb-v-6.2b", 6, 18),
+        recut(tmp, "zb-v-6.2b", 10, 40),
+        recut(tmp, "zb-v-6.2b", 12, 36, activations=16),
+        uneven_row(tmp),
     ]
 
 
@@ -166,9 +207,10 @@ def main() -> None:
     )
     ap.add_argument(
         "--rows",
-        choices=("issue", "more"),
+        choices=("issue", "more", "unseen"),
         default="issue",
-        help="issue: the rows the optimizer issue names and their re-cuts; more: rows of the same kinds never tuned on",
+        help="issue: the rows the optimizer issue names and their re-cuts; more, unseen: rows of the same kinds never "
+        "tuned on (unseen: first run in session 28, one with stages of unequal cost)",
     )
     args = ap.parse_args()
     console = Console(width=140)
@@ -179,7 +221,7 @@ def main() -> None:
     for col in ("row", "bubble", "proven gap %", "wall s", "peak MB"):
         best_table.add_column(col)
     with tempfile.TemporaryDirectory() as tmp:
-        for path in (rows if args.rows == "issue" else more_rows)(Path(tmp)):
+        for path in {"issue": rows, "more": more_rows, "unseen": unseen_rows}[args.rows](Path(tmp)):
             name = path.stem
             listed = peers(path)
             if name in PUBLISHED:

@@ -81,3 +81,25 @@ def test_the_more_rows_are_the_bundled_rows_re_cut_as_named(bench, tmp_path):
         transfer = 4025 if name.endswith("-c4025") else row.transfer[0]
         assert (pipe.transfer == transfer).all()
         assert pipe.capacity == v * pipe.num_ranks * row.mem_forward[0]
+
+
+def test_the_unseen_rows_load_and_the_uneven_one_differs_only_at_its_ends(bench, tmp_path):
+    """multichunk.py's ``--rows unseen``: every row loads under a name of its own, and `uneven_row`
+    is its even re-cut with only the first and the last stage's F, I and W scaled by ``UNEVEN``."""
+    import multichunk
+
+    paths = multichunk.unseen_rows(tmp_path)
+    assert len({p.stem for p in paths}) == len(paths) == 9
+    pipes = {p.stem: pipeline_from_spec(load_problem(p)) for p in paths}
+    uneven = pipes["zb-interleaved-1.5b-p4-m16-v2-uneven"]
+    even = pipes["zb-interleaved-1.5b-p4-m16-v2"]
+    assert uneven.num_ranks == 4 and uneven.num_microbatches == 16 and uneven.stages_per_rank == 2
+    assert uneven.capacity == even.capacity and (uneven.transfer == even.transfer).all()
+    for k, times in enumerate(("forward", "backward_input", "backward_weight")):
+        got, base = getattr(uneven, times), getattr(even, times)
+        expected = base.copy()
+        for stage, factors in multichunk.UNEVEN.items():
+            expected[stage] = int(base[stage] * factors[k])
+        assert got.tolist() == expected.tolist(), times
+        assert (got[1:-1] == base[1:-1]).all()
+    assert uneven.forward[0] > even.forward[0] and uneven.backward_input[-1] > even.backward_input[-1]
