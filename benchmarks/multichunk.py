@@ -78,6 +78,11 @@ def recut(
         doc["name"] += f"-c{transfer}"
         p["transfer"] = transfer
     p.update(stages=v * ranks, stages_per_rank=v, microbatches=microbatches, memory_limit=held * p["memory_forward"])
+    return _write(tmp, doc)
+
+
+def _write(tmp: Path, doc: dict) -> Path:
+    """The problem ``doc`` as ``tmp/<its name>.yaml``."""
     path = tmp / f"{doc['name']}.yaml"
     path.write_text(yaml.safe_dump(doc))
     return path
@@ -112,9 +117,7 @@ def uneven_row(tmp: Path) -> Path:
             times[stage] = int(times[stage] * factors[k])
         p[key] = times
     doc["name"] += "-uneven"
-    out = tmp / f"{doc['name']}.yaml"
-    out.write_text(yaml.safe_dump(doc))
-    return out
+    return _write(tmp, doc)
 
 
 def unseen_rows(tmp: Path) -> list[Path]:
