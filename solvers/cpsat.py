@@ -366,6 +366,21 @@ def reoptimize_tails(
     >>> reoptimize_tails(p, s, np.array([3]), 5).start.tolist()
     [0, 2, 4]
     """
+    return solve_tails(problem, schedule, cut, time_limit, objective=objective, bound=bound, workers=workers)[0]
+
+
+def solve_tails(
+    problem: Problem,
+    schedule: Schedule,
+    cut: np.ndarray,
+    time_limit: float,
+    *,
+    objective: str = "makespan",
+    bound: int = 0,
+    workers: int = 2,
+) -> tuple[Schedule | None, bool]:
+    """`reoptimize_tails`, and whether CP-SAT proved its schedule optimal for the window (every task
+    before the cuts where it is): True also where nothing was free."""
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r}; valid: {', '.join(OBJECTIVES)}")
     start, proc = schedule.start, schedule.processor
@@ -376,7 +391,7 @@ def reoptimize_tails(
         raise ValueError(f"cut: expected one time per processor ({problem.num_processors}), got shape {cut.shape}")
     free = start >= cut[proc]
     if not free.any():
-        return schedule
+        return schedule, True
     P = problem.num_processors
     kept_end = np.zeros(P, dtype=np.int64)  # where the tasks left on each processor end
     np.maximum.at(kept_end, proc[~free], end[~free])
@@ -424,11 +439,11 @@ def reoptimize_tails(
     solver.parameters.num_workers = workers
     status = solver.solve(model)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return None
+        return None, False
     new_start = start.copy()
     for t in W:
         new_start[t] = solver.value(s[t])
-    return Schedule(processor=proc.copy(), start=new_start)
+    return Schedule(processor=proc.copy(), start=new_start), status == cp_model.OPTIMAL
 
 
 def _durations(problem: Problem, t: int, allowed: np.ndarray) -> tuple[list[int], np.ndarray]:

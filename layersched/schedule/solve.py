@@ -370,7 +370,7 @@ def _search_mode(
             schedule, info = improve_tails(
                 problem,
                 schedule,
-                tail_cut(tasks, schedule),
+                widening_tails(tasks),
                 objective=objective,
                 time_limit=(end - time.perf_counter()) * TAIL_SHARE,
                 bound=bound,
@@ -440,6 +440,20 @@ def tail_cut(tasks: TaskGraph, schedule: Schedule, forwards: int = 1) -> np.ndar
     return cut
 
 
+def widening_tails(tasks: TaskGraph):
+    """The tail step's windows (`solvers.lns.improve_tails`), widening: window ``k`` (from 0) frees
+    every rank's passes from its ``k+1``-th last forward on (`tail_cut`), up to the fewest forwards a
+    rank has (one more would leave that rank's passes all in place)."""
+    kinds = np.array([tasks.graph.nodes[n]["kind"] for n in tasks.names])
+    per_rank = np.bincount(tasks.problem.allowed[kinds == "F"].argmax(axis=1))  # forwards on each processor
+    fewest = int(per_rank[per_rank > 0].min()) if per_rank.any() else 0
+
+    def cut(schedule: Schedule, k: int) -> np.ndarray | None:
+        return tail_cut(tasks, schedule, forwards=k + 1) if k < fewest else None
+
+    return cut
+
+
 TAIL_SHARE = 0.6
 """The share of what is left after CP-SAT that the tail step gets (`solvers.lns.improve_tails` from
 `tail_cut`): every rank's passes from its last forward on, re-solved by CP-SAT at once with the rest
@@ -451,7 +465,13 @@ session 26. In 60 s `best` runs in one process (session 27, 2-core VM), 0.6 agai
 v=2: 2.94 / 3.10 / 3.20% against 3.20% x3; the bundled p=8 row 1.99% x3 against 1.99 / 1.99 /
 2.15%; p=8, m=32, v=4: 1.22 / 1.31% against 1.30 / 1.31 / 1.31%; p=12, m=24: 3.35 / 3.44% against
 3.44 / 3.53 / 3.53%; p=8, m=16, v=2 (where the coarse levels that follow matter): 2.04 / 2.77%
-against 1.87-2.77% (6 runs)."""
+against 1.87-2.77% (6 runs).
+
+Since session 29 the step widens its window while each is proven optimal (`widening_tails`): after
+each rank's last forward, from its second-last, and so on. One 60 s run of `best` per row, 2-core VM:
+the uneven row (`benchmarks/multichunk.py`'s `uneven_row`) 3.16% to 2.79% (the third window found
+it), p=6, m=18 1.76-1.85% to 1.36%, p=8, m=16, v=2 2.44% to 2.04%; the bundled p=8 row (1.99%) and
+p=10, m=20 (where the first window is not proven in time) unchanged."""
 
 CPSAT_SHARE = 0.1
 """The share of what is left after polishing that CP-SAT gets on the whole model when a schedule
