@@ -373,6 +373,7 @@ def _search_mode(
                 widening_tails(tasks),
                 objective=objective,
                 time_limit=(end - time.perf_counter()) * TAIL_SHARE,
+                wider_time=(end - time.perf_counter()) * TAIL_SHARE * WIDER_SHARE,
                 bound=bound,
                 workers=workers,
                 progress=progress,
@@ -468,10 +469,14 @@ v=2: 2.94 / 3.10 / 3.20% against 3.20% x3; the bundled p=8 row 1.99% x3 against 
 against 1.87-2.77% (6 runs).
 
 Since session 29 the step widens its window while each is proven optimal (`widening_tails`): after
-each rank's last forward, from its second-last, and so on. One 60 s run of `best` per row, 2-core VM:
-the uneven row (`benchmarks/multichunk.py`'s `uneven_row`) 3.16% to 2.79% (the third window found
-it), p=6, m=18 1.76-1.85% to 1.36%, p=8, m=16, v=2 2.44% to 2.04%; the bundled p=8 row (1.99%) and
-p=10, m=20 (where the first window is not proven in time) unchanged."""
+each rank's last forward, from its second-last, and so on, the wider windows within `WIDER_SHARE` of
+the step's time. Without that limit the widening took the coarse levels' time, and the p=4, m=8 row,
+which they take to the bound, ended at 0.58-1.0% (benchmarks/results/multichunk-2core-vm.txt gives
+the rows with it)."""
+
+WIDER_SHARE = 0.5
+"""The share of the tail step's time (`TAIL_SHARE`) within which its wider windows end
+(`widening_tails`): what they do not use goes to the coarse levels that follow."""
 
 CPSAT_SHARE = 0.1
 """The share of what is left after polishing that CP-SAT gets on the whole model when a schedule
