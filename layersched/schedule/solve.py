@@ -470,13 +470,20 @@ against 1.87-2.77% (6 runs).
 
 Since session 29 the step widens its window while each is proven optimal (`widening_tails`): after
 each rank's last forward, from its second-last, and so on, the wider windows within `WIDER_SHARE` of
-the step's time. Without that limit the widening took the coarse levels' time, and the p=4, m=8 row,
-which they take to the bound, ended at 0.58-1.0% (benchmarks/results/multichunk-2core-vm.txt gives
-the rows with it)."""
+the step's time. 3 runs of 60 s per row, 2-core VM, against the code before (commit 10aeb60, session
+28's runs): the uneven row (`benchmarks/multichunk.py`'s `uneven_row`) 3.10-3.38% to 2.69-2.89%;
+p=6, m=18 1.72-1.84% to 1.36-1.45%; p=4, m=16, v=2 0.17% to 0.00% (optimal) in 2 of 3; p=4, m=8
+0.14-1.65% (median 1.65) to 0.14-0.58%; p=10, m=20 and p=12, m=24, v=2, where the first window is
+not proven in time, unchanged within their spread (results: benchmarks/results/multichunk*.txt)."""
 
 WIDER_SHARE = 0.5
 """The share of the tail step's time (`TAIL_SHARE`) within which its wider windows end
-(`widening_tails`): what they do not use goes to the coarse levels that follow."""
+(`widening_tails`): what they do not use goes to the coarse levels that follow. Unlimited, the
+widening took all of the step's time on the small rows, where the coarse levels found the p=4, m=8
+bound before the tail step came; measured, the two gave the same spreads (unlimited, 3 runs: p=4,
+m=8 0.00-0.89%, the uneven row 2.89%, p=6, m=18 1.36%; limited: 0.14-0.58%, 2.69-2.89%,
+1.36-1.45%), so the limit only keeps the later steps' time from going to windows that are not
+proven."""
 
 CPSAT_SHARE = 0.1
 """The share of what is left after polishing that CP-SAT gets on the whole model when a schedule
