@@ -14,6 +14,7 @@ Example
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -441,7 +442,7 @@ def tail_cut(tasks: TaskGraph, schedule: Schedule, forwards: int = 1) -> np.ndar
     return cut
 
 
-def widening_tails(tasks: TaskGraph):
+def widening_tails(tasks: TaskGraph) -> Callable[[Schedule, int], np.ndarray | None]:
     """The tail step's windows (`solvers.lns.improve_tails`), widening: window ``k`` (from 0) frees
     every rank's passes from its ``k+1``-th last forward on (`tail_cut`), up to the fewest forwards a
     rank has (one more would leave that rank's passes all in place)."""

@@ -218,21 +218,17 @@ def test_the_coarse_levels_keep_the_symmetry_chains_up_to_a_size(monkeypatch, mo
             assert chains is None
 
 
-def test_the_tail_step_beats_torchs_interleaved_order_on_a_small_row():
-    """The tail step (`solvers.lns.improve_tails` from `tail_cut`) re-solves every rank's passes from
-    its last forward on: on the 1.5B interleaved row re-cut to p=3, m=6, two stages per rank, torch's
-    order (625,715) gets shorter (621,199 when proven optimal for that window) in one improving step,
-    the result is valid (memory included), and the passes before each rank's last forward keep their
-    places."""
+def _small_interleaved_row():
+    """The 1.5B interleaved row re-cut to p=3, m=6, two stages per rank (1F1B's memory): its split-backward
+    task graph, torch's interleaved zero-bubble order timed on it, and our bound on the span."""
     import yaml
 
     from layersched.describe.config import ProblemSpec
     from layersched.describe.stages import pipeline_from_spec
     from layersched.schedule.bounds import pipeline_bounds
-    from layersched.schedule.solve import complete_orders, tail_cut, task_graph
+    from layersched.schedule.solve import complete_orders, task_graph
     from layersched.schedule.templates import template_orders
     from solvers import time_orders
-    from solvers.lns import improve_tails
     from tests.paths import PROBLEMS
 
     doc = yaml.safe_load((PROBLEMS / "zb-interleaved-1.5b.yaml").read_text())
@@ -240,17 +236,28 @@ def test_the_tail_step_beats_torchs_interleaved_order_on_a_small_row():
         stages=6, stages_per_rank=2, microbatches=6, memory_limit=6 * doc["pipeline"]["memory_forward"]
     )
     pipe = pipeline_from_spec(ProblemSpec.model_validate(doc))
-    rank = pipe.stage_to_rank()
-    tasks = task_graph(pipe, True, rank)
+    tasks = task_graph(pipe, True, pipe.stage_to_rank())
+    torch_order = time_orders(tasks.problem, complete_orders(tasks, template_orders("interleaved-zb", pipe)))
+    return tasks, torch_order, max(pipeline_bounds(pipe, pipe.stage_to_rank(), "span").values())
+
+
+def test_the_tail_step_beats_torchs_interleaved_order_on_a_small_row():
+    """The tail step (`solvers.lns.improve_tails` from `tail_cut`) re-solves every rank's passes from
+    its last forward on: on the 1.5B interleaved row re-cut to p=3, m=6, two stages per rank, torch's
+    order (625,715) gets shorter (621,199 when proven optimal for that window) in one improving step,
+    the result is valid (memory included), and the passes before each rank's last forward keep their
+    places."""
+    from layersched.schedule.solve import tail_cut
+    from solvers.lns import improve_tails
+
+    tasks, torch_order, bound = _small_interleaved_row()
     problem = tasks.problem
-    torch_order = time_orders(problem, complete_orders(tasks, template_orders("interleaved-zb", pipe)))
     assert torch_order.span(problem) == 625_715
     cut = tail_cut(tasks, torch_order)
     forwards = [n for n in tasks.names if tasks.graph.nodes[n]["kind"] == "F"]
     for q in range(problem.num_processors):  # each rank's cut: the start of its last forward
         mine = [tasks.index[n] for n in forwards if torch_order.processor[tasks.index[n]] == q]
         assert cut[q] == max(torch_order.start[mine])
-    bound = max(pipeline_bounds(pipe, rank, "span").values())
     got, info = improve_tails(problem, torch_order, cut, objective="span", time_limit=30, bound=bound, workers=1)
     validate(problem, got)
     assert 621_199 <= got.span(problem) < 625_715
@@ -268,32 +275,16 @@ def test_the_tail_step_widens_its_window_while_each_is_proven_and_then_beats_one
     below it (613,229 within 3 s on the 2-core VM; 604,954 in 60 s, against a bound of 603,113),
     valid and never below the bound. The first window's cut is `tail_cut`'s; ``wider_time`` ends the
     widening (the first window alone may use all of the time)."""
-    import yaml
-
-    from layersched.describe.config import ProblemSpec
-    from layersched.describe.stages import pipeline_from_spec
-    from layersched.schedule.bounds import pipeline_bounds
-    from layersched.schedule.solve import complete_orders, tail_cut, task_graph, widening_tails
-    from layersched.schedule.templates import template_orders
-    from solvers import time_orders
+    from layersched.schedule.solve import tail_cut, widening_tails
     from solvers.lns import improve_tails
-    from tests.paths import PROBLEMS
 
-    doc = yaml.safe_load((PROBLEMS / "zb-interleaved-1.5b.yaml").read_text())
-    doc["pipeline"].update(
-        stages=6, stages_per_rank=2, microbatches=6, memory_limit=6 * doc["pipeline"]["memory_forward"]
-    )
-    pipe = pipeline_from_spec(ProblemSpec.model_validate(doc))
-    rank = pipe.stage_to_rank()
-    tasks = task_graph(pipe, True, rank)
+    tasks, torch_order, bound = _small_interleaved_row()
     problem = tasks.problem
-    torch_order = time_orders(problem, complete_orders(tasks, template_orders("interleaved-zb", pipe)))
     cuts = widening_tails(tasks)
     assert list(cuts(torch_order, 0)) == list(tail_cut(tasks, torch_order))
     assert list(cuts(torch_order, 2)) == list(tail_cut(tasks, torch_order, forwards=3))
     assert cuts(torch_order, 2 * 6) is None  # each rank has 12 forwards: a 13th-last cuts nothing
     assert cuts(torch_order, 2 * 6 - 1) is not None
-    bound = max(pipeline_bounds(pipe, rank, "span").values())
     got, info = improve_tails(problem, torch_order, cuts, objective="span", time_limit=20, bound=bound, workers=1)
     validate(problem, got)
     assert bound <= got.span(problem) < 621_199
