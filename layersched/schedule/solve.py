@@ -368,13 +368,14 @@ def _search_mode(
     elif not interrupted and result.objective > bound and end - time.perf_counter() > 0.1:
         schedule = result.schedule
         if end - time.perf_counter() > 2 * BAND_STEP:  # every rank's tail re-solved at once
+            tail_time = (end - time.perf_counter()) * TAIL_SHARE
             schedule, info = improve_tails(
                 problem,
                 schedule,
                 widening_tails(tasks),
                 objective=objective,
-                time_limit=(end - time.perf_counter()) * TAIL_SHARE,
-                wider_time=(end - time.perf_counter()) * TAIL_SHARE * WIDER_SHARE,
+                time_limit=tail_time,
+                wider_time=tail_time * WIDER_SHARE,
                 bound=bound,
                 workers=workers,
                 progress=progress,
@@ -432,22 +433,26 @@ def tail_cut(tasks: TaskGraph, schedule: Schedule, forwards: int = 1) -> np.ndar
     """Per processor, the start of its ``forwards``-th last forward in ``schedule`` (a processor with
     fewer forwards, or none, such as a network processor: past every task, so nothing of it is cut)."""
     problem = tasks.problem
-    kinds = np.array([tasks.graph.nodes[n]["kind"] for n in tasks.names])
+    forward = _forwards(tasks)
     beyond = int(schedule.end(problem).max()) + 1
     cut = np.full(problem.num_processors, beyond, dtype=np.int64)
     for q in range(problem.num_processors):
-        starts = np.sort(schedule.start[(schedule.processor == q) & (kinds == "F")])
+        starts = np.sort(schedule.start[(schedule.processor == q) & forward])
         if len(starts) >= forwards:
             cut[q] = starts[-forwards]
     return cut
+
+
+def _forwards(tasks: TaskGraph) -> np.ndarray:
+    """Which of ``tasks``' tasks are forward passes."""
+    return np.array([tasks.graph.nodes[n]["kind"] == "F" for n in tasks.names], dtype=bool)
 
 
 def widening_tails(tasks: TaskGraph) -> Callable[[Schedule, int], np.ndarray | None]:
     """The tail step's windows (`solvers.lns.improve_tails`), widening: window ``k`` (from 0) frees
     every rank's passes from its ``k+1``-th last forward on (`tail_cut`), up to the fewest forwards a
     rank has (one more would leave that rank's passes all in place)."""
-    kinds = np.array([tasks.graph.nodes[n]["kind"] for n in tasks.names])
-    per_rank = np.bincount(tasks.problem.allowed[kinds == "F"].argmax(axis=1))  # forwards on each processor
+    per_rank = np.bincount(tasks.problem.allowed[_forwards(tasks)].argmax(axis=1))  # forwards on each processor
     fewest = int(per_rank[per_rank > 0].min()) if per_rank.any() else 0
 
     def cut(schedule: Schedule, k: int) -> np.ndarray | None:
