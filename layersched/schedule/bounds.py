@@ -45,6 +45,20 @@ to the end of ``I(s)`` (the part ``W`` frees, until the end of ``W(s)``). All of
 memory * time held``. With a limit of one micro-batch's activations it is about the schedule that
 runs the micro-batches one after the other.
 
+**Held apart** (under a limit that holds few activations; stronger than memory time there). While a
+micro-batch runs from the start of ``F(s)`` to the end of ``I(s)`` on ``q`` it holds all of stage
+``s``'s activation, and of every stage of ``q`` below ``s``: their intervals enclose this one (the
+forward chain reaches ``s`` after them, the ``I`` chain leaves it before them). Take ``q``'s stages in
+order, a depth ``d`` and the first depth ``j`` whose activations together with depth ``d``'s exceed
+the limit. Then no micro-batch's depth-``d`` interval meets another's depth-``j`` interval. So in
+the order in which the depth-``d`` intervals start, each starts after the one before it has ended
+*and* the enclosing depth-``j`` interval of either micro-batch has too: at least its own length plus
+the longer of the two offsets between the intervals apart. ``span_q >= head + (m - 1) * that +
+tail``, from ``q``'s first pass to the first such interval and from the last to its micro-batch's
+last ``W`` on ``q``. Memory time spreads the same holding evenly over the limit; where two micro-batches
+cannot be deep on ``q`` at once, they queue. On the interleaved p=4, three stages per rank, m=4, under
+4 stage activations per rank it proves 3,736 where memory time proves 3,043 (CP-SAT: 3,894 in 60 s).
+
 **Through a rank** (any limit, none included; the strong one where a pipeline's ends are slow). Every
 pass on rank ``k`` waits for the forward chain from ``q``'s first stage to ``k``'s first stage, and the
 last ``I`` on ``k`` ends after all of ``k``'s forwards and ``I`` passes: a forward's own ``I`` comes
@@ -193,6 +207,9 @@ def pipeline_bounds(pipe: Pipeline, stage_to_rank: list[int], objective: str) ->
         held = _memory_time(rank, m, I, W, mf, mw, int(cap), chain, down, objective)
         if held:
             out["memory_time"] = held
+        apart = _held_apart(rank, m, I, W, c, mf, int(cap), chain, down, objective)
+        if apart:
+            out["held_apart"] = apart
     return out
 
 
@@ -278,4 +295,30 @@ def _relay(rank: list[int], m: int, F, I, W, mf: list[int], mw: list[int], cap: 
                     best = max(best, head + block + tail(mine, theirs))
         else:
             best = max(best, min(chain(0, s) for s in mine) + block + tail(mine, range(S)))
+    return best
+
+
+def _held_apart(rank: list[int], m: int, I, W, c: list[int], mf: list[int], cap: int, chain, down, objective) -> int:
+    """The held-apart bound (see the module text): on each rank ``q``, for a depth ``d`` of its stages
+    and the least ``j`` whose activations cannot be held beside depth ``d``'s, ``m`` intervals of
+    depth ``d`` one after the other, each at least its own length plus the longer of the two offsets
+    to the enclosing depth-``j`` interval apart; then the chain from the last one to ``q``'s last
+    ``W`` of its micro-batch. 0 where every pair of depths fits in the limit."""
+    best = 0
+    for q in range(max(rank) + 1):
+        mine = [s for s in range(len(rank)) if rank[s] == q]
+        held = np.cumsum([mf[s] for s in mine])  # held[i]: the activations of mine[0..i] together
+        for d, deep in enumerate(mine):
+            j = next((j for j in range(d + 1) if held[d] + held[j] > cap), None)
+            if j is None:
+                continue
+            outer = mine[j]
+            length = chain(deep, deep) + int(I[deep])  # from the start of F(deep) to the end of I(deep)
+            if length <= 0:  # an instant meets nothing: no order is forced
+                continue
+            before = int(down[deep] - down[outer])  # from the start of F(outer) to the start of F(deep)
+            after = int(sum(c[t] + I[t] for t in range(outer, deep)))  # end of I(deep) to end of I(outer)
+            tail = max(chain(deep, s) + int(I[s] + W[s]) for s in mine)
+            head = int(down[deep] - down[mine[0]]) if objective == "span" else int(down[deep])
+            best = max(best, head + (m - 1) * (length + max(before, after)) + tail)
     return best

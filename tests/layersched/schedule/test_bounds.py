@@ -197,6 +197,24 @@ def test_warm_up_and_cool_down_idles_add_when_held_forwards_overflow():
     assert optimum.result.status == "optimal" and optimum.metrics["value"] >= 18 + 14 + 9
 
 
+def test_held_apart_queues_micro_batches_that_cannot_be_deep_on_a_rank_together():
+    """Rank 0 holds stages 0 and 2, one unit of memory each, under a limit of 2 (F=3, I=2, W=1,
+    transfer 2, 3 micro-batches). From F(2) to the end of I(2) (14) a micro-batch holds both units,
+    so no other may be between its own F(0) and I(0) then. So the next one's F(2) starts only after
+    this one's I(0) has ended (8 later) and after its own F(0) (10 before its F(2)) came after this
+    I(2): 14 + max(8, 10) apart. Before the first: the chain to F(2), 10; after the last: to its W(0),
+    23. Memory time spreads the same holding over the limit and proves only 69."""
+    pipe = stage_pipeline(
+        stages=4, stages_per_rank=2, placement="loop", microbatches=3, forward=3, backward_input=2,
+        backward_weight=1, transfer=2, memory_forward=1, memory_freed_by_weight=0, memory_limit=2,
+    )  # fmt: skip
+    bounds = pipeline_bounds(pipe, pipe.stage_to_rank(), "span")
+    assert bounds["held_apart"] == 10 + 2 * (14 + 10) + 23 == 81
+    assert max(v for k, v in bounds.items() if k != "held_apart") == bounds["memory_time"] == 69
+    optimum = solve_pipeline(pipe, solver="cpsat", objective="span", time_limit=30)
+    assert optimum.result.status == "optimal" and optimum.metrics["value"] == 81
+
+
 @pytest.mark.parametrize(
     ("ranks", "microbatches", "kept", "bound", "span"),
     [(4, 8, "p4-m8-at-bound", 1182180, 1182180), (6, 12, "p6-m12-near-bound", 1784116, 1784421)],
