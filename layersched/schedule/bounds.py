@@ -49,15 +49,20 @@ runs the micro-batches one after the other.
 micro-batch runs from the start of ``F(s)`` to the end of ``I(s)`` on ``q`` it holds all of stage
 ``s``'s activation, and of every stage of ``q`` below ``s``: their intervals enclose this one (the
 forward chain reaches ``s`` after them, the ``I`` chain leaves it before them). Take ``q``'s stages in
-order, a depth ``d`` and the first depth ``j`` whose activations together with depth ``d``'s exceed
-the limit. Then no micro-batch's depth-``d`` interval meets another's depth-``j`` interval. So in
-the order in which the depth-``d`` intervals start, each starts after the one before it has ended
-*and* the enclosing depth-``j`` interval of either micro-batch has too: at least its own length plus
-the longer of the two offsets between the intervals apart. ``span_q >= head + (m - 1) * that +
-tail``, from ``q``'s first pass to the first such interval and from the last to its micro-batch's
-last ``W`` on ``q``. Memory time spreads the same holding evenly over the limit; where two micro-batches
-cannot be deep on ``q`` at once, they queue. On the interleaved p=4, three stages per rank, m=4, under
-4 stage activations per rank it proves 3,736 where memory time proves 3,043 (CP-SAT: 3,894 in 60 s).
+order, a depth ``d`` and a depth ``j <= d``. Beside one micro-batch at depth ``d`` at most ``r`` others
+fit at depth ``j`` or deeper (``r`` whole depth-``j`` holdings in what the limit leaves). Where
+``r = 0``, no micro-batch's depth-``d`` interval meets another's depth-``j`` interval: in the order
+in which the depth-``d`` intervals start, each starts after the one before it has ended *and* the
+enclosing depth-``j`` interval of either micro-batch has too, at least its own length plus the
+longer of the two offsets between the intervals apart. So ``span_q >= head + (m - 1) * that + tail``,
+from ``q``'s first pass to the first such interval and from the last to its micro-batch's last ``W``
+on ``q``. Where ``r > 0``, each depth-``d`` interval starts after the depth-``j`` interval of one of
+the ``r + 1`` micro-batches before it has ended (one offset), or ends after that of one of the
+``r + 1`` after it has started (the other): ``(m - 1) // (r + 1)`` such steps. Memory time spreads the
+same holding evenly over the limit; where micro-batches cannot all be deep on ``q`` at once, they
+queue. On the interleaved p=4, three stages per rank, m=4, under 4 stage activations per rank it
+proves 3,736 where memory time proves 3,043 (CP-SAT: 3,894 in 60 s); with one stage per rank under 2
+activations it is the optimum where the others fall short (tests).
 
 **Through a rank** (any limit, none included; the strong one where a pipeline's ends are slow). Every
 pass on rank ``k`` waits for the forward chain from ``q``'s first stage to ``k``'s first stage, and the
@@ -76,7 +81,7 @@ Example
 ...     "stages": 4, "microbatches": 8, "forward": 2, "backward_input": 2, "backward_weight": 1,
 ...     "memory_forward": 4, "memory_freed_by_weight": 1, "memory_limit": 16}}))
 >>> pipeline_bounds(pipe, [0, 1, 2, 3], "span")
-{'pipeline_idle': 48, 'through_rank': 45, 'memory_relay': 48, 'memory_time': 33}
+{'pipeline_idle': 48, 'through_rank': 45, 'memory_relay': 48, 'memory_time': 33, 'held_apart': 33}
 """
 
 from __future__ import annotations
@@ -300,25 +305,33 @@ def _relay(rank: list[int], m: int, F, I, W, mf: list[int], mw: list[int], cap: 
 
 def _held_apart(rank: list[int], m: int, I, W, c: list[int], mf: list[int], cap: int, chain, down, objective) -> int:
     """The held-apart bound (see the module text): on each rank ``q``, for a depth ``d`` of its stages
-    and the least ``j`` whose activations cannot be held beside depth ``d``'s, ``m`` intervals of
-    depth ``d`` one after the other, each at least its own length plus the longer of the two offsets
-    to the enclosing depth-``j`` interval apart; then the chain from the last one to ``q``'s last
-    ``W`` of its micro-batch. 0 where every pair of depths fits in the limit."""
+    and a depth ``j <= d``, at most ``beside`` other micro-batches can be inside their depth-``j``
+    interval while one is inside its depth-``d`` interval. In the order the depth-``d`` intervals start,
+    each then starts after the enclosing depth-``j`` interval of one of the ``beside + 1`` before it
+    has ended; in the order they end, each ends after one of the ``beside + 1`` after it has started.
+    With ``beside == 0`` both hold for neighbours at once. Then the chain from the last one to ``q``'s
+    last ``W`` of its micro-batch. 0 where every depth fits beside every other micro-batch's."""
     best = 0
     for q in range(max(rank) + 1):
         mine = [s for s in range(len(rank)) if rank[s] == q]
         held = np.cumsum([mf[s] for s in mine])  # held[i]: the activations of mine[0..i] together
         for d, deep in enumerate(mine):
-            j = next((j for j in range(d + 1) if held[d] + held[j] > cap), None)
-            if j is None:
-                continue
-            outer = mine[j]
             length = chain(deep, deep) + int(I[deep])  # from the start of F(deep) to the end of I(deep)
-            if length <= 0:  # an instant meets nothing: no order is forced
+            if length <= 0 or held[d] > cap:  # an instant meets nothing; over the limit, nothing fits
                 continue
-            before = int(down[deep] - down[outer])  # from the start of F(outer) to the start of F(deep)
-            after = int(sum(c[t] + I[t] for t in range(outer, deep)))  # end of I(deep) to end of I(outer)
-            tail = max(chain(deep, s) + int(I[s] + W[s]) for s in mine)
             head = int(down[deep] - down[mine[0]]) if objective == "span" else int(down[deep])
-            best = max(best, head + (m - 1) * (length + max(before, after)) + tail)
+            ends = [chain(deep, s) + int(I[s] + W[s]) for s in mine]  # F(deep)'s start to each W's end
+            tail, below = max(ends), max(e for s, e in zip(mine, ends, strict=True) if s <= deep)
+            for j in range(d + 1):
+                if held[j] <= 0 or (beside := (cap - int(held[d])) // int(held[j])) >= m - 1:
+                    continue
+                outer = mine[j]
+                before = int(down[deep] - down[outer])  # from the start of F(outer) to the start of F(deep)
+                after = int(sum(c[t] + I[t] for t in range(outer, deep)))  # end of I(deep) to end of I(outer)
+                if beside == 0:
+                    best = max(best, head + (m - 1) * (length + max(before, after)) + tail)
+                    continue
+                rounds = (m - 1) // (beside + 1)
+                # from I(deep)'s end only the stages at or below it are reached: `below`, less its length
+                best = max(best, head + rounds * (length + after) + tail, head + rounds * (length + before) + below)
     return best

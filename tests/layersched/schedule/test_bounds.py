@@ -215,6 +215,23 @@ def test_held_apart_queues_micro_batches_that_cannot_be_deep_on_a_rank_together(
     assert optimum.result.status == "optimal" and optimum.metrics["value"] == 81
 
 
+def test_held_apart_lets_as_many_micro_batches_in_flight_as_the_limit_holds():
+    """One stage per rank (3 ranks, F = I = W = 2, transfer 2), 5 micro-batches under a limit of 2
+    activations. On rank 0 each micro-batch holds its activation for its whole round trip, at least
+    20, and at most two hold one at once: the 3rd starts after one of the first two has ended, the 5th
+    after one of the 3rd and 4th, so at least 2 * 20 after the first, and it ends 22 after its start:
+    62. The memory relay, 50, is the best of the other bounds."""
+    pipe = stage_pipeline(
+        stages=3, microbatches=5, forward=2, backward_input=2, backward_weight=2, transfer=2,
+        memory_forward=1, memory_freed_by_weight=0, memory_limit=2,
+    )  # fmt: skip
+    bounds = pipeline_bounds(pipe, [0, 1, 2], "span")
+    assert bounds["held_apart"] == 2 * 20 + 22 == 62
+    assert max(v for k, v in bounds.items() if k != "held_apart") == 50
+    optimum = solve_pipeline(pipe, solver="cpsat", objective="span", time_limit=30)
+    assert optimum.result.status == "optimal" and optimum.metrics["value"] == 62
+
+
 @pytest.mark.parametrize(
     ("ranks", "microbatches", "kept", "bound", "span"),
     [(4, 8, "p4-m8-at-bound", 1182180, 1182180), (6, 12, "p6-m12-near-bound", 1784116, 1784421)],
