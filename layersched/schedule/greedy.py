@@ -15,7 +15,8 @@ whole pipeline instead: the rank that can act earliest acts next, on what has ar
 Variants order the ready passes by micro-batch then stage (``depth``: finish what is in flight), by
 stage then micro-batch (``breadth``), or in groups of as many micro-batches as ranks, stage by stage
 within a group (``grouped``: Megatron's interleaving), and put ``I`` before or after ``F``;
-`chunk_greedy` keeps the fastest variant.
+`chunk_greedy` keeps the fastest variant. `paced_greedy` lets micro-batches into the pipeline a
+searched pace apart, for limits under which they would otherwise queue holding their memory.
 
 Three helpers serve templates that choose among orders (`templates.interleaved_zb_mem`): `replay`
 times fixed per-rank orders, `peaks` gives their peak memory, and `follow` keeps each rank's

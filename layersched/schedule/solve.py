@@ -594,6 +594,9 @@ def solve_best(
             except TemplateError as exc:
                 tried[name] = f"not applicable: {exc}"
                 continue
+            if tpl.skip_in_best is not None and (why := tpl.skip_in_best(pipe)):
+                tried[name] = f"not tried: {why}"
+                continue
             steps = ["greedy" if tpl.greedy else "template"]
             if (tpl.split_backward, tuple(pipe.stage_to_rank())) not in graphs:
                 steps.append("graph")  # about: a template of another placement builds its own

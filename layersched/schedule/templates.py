@@ -50,6 +50,9 @@ class Template:
     (`layersched.schedule.greedy.simulation_steps`), the slowest measured on the project's 2-core
     machine, so that ``best`` can tell whether it ends in time; 0 where its time goes with the passes
     alone (`layersched.schedule.budget.SECONDS_PER_TASK` covers it)."""
+    skip_in_best: Callable[[Pipeline], str | None] | None = None
+    """Why ``best`` need not try this template on a pipeline (None: it should), for a template that
+    helps only on some and would take time from the search on the others."""
 
 
 TEMPLATES: dict[str, Template] = {}
@@ -66,12 +69,15 @@ def template(
     stages_per_rank: tuple[int, int | None] = (1, 1),
     greedy: bool = False,
     seconds_per_step: float = 0.0,
+    skip_in_best: Callable[[Pipeline], str | None] | None = None,
 ):
     """Register a template builder ``f(pipe) -> per-rank action lists`` under ``name``."""
 
     def deco(fn: Callable[[Pipeline], list[list[str]]]):
         doc = (fn.__doc__ or "").strip().splitlines()[0]
-        TEMPLATES[name] = Template(name, fn, split_backward, placement, doc, *stages_per_rank, greedy, seconds_per_step)
+        TEMPLATES[name] = Template(
+            name, fn, split_backward, placement, doc, *stages_per_rank, greedy, seconds_per_step, skip_in_best
+        )
         return fn
 
     return deco
@@ -783,6 +789,31 @@ def chunk_greedy_template(pipe: Pipeline) -> list[list[str]]:
         raise TemplateError(f"schedule 'chunk-greedy': {exc}") from None
 
 
+PACED_MEMORY_SHARE = 0.75
+"""``best`` tries `paced-greedy` where the memory-time or held-apart bound (`layersched.schedule.bounds`)
+is at least this share of the best bound: where memory binds. Measured on 45 multi-chunk rows (the
+1.5B and V rows under 3 to 24 stage activations per rank, 26 random ones): it beat every other
+template on 15, all but one at a share of 0.78 or more; at 0.5-0.72 (the 1F1B-memory rows, the rows
+under 18 activations) it never did, and there its second of search cost `best` the V row at p=16
+under 18 activations (60 s: 1.78-1.92% gap before, 2.06-2.12% with it)."""
+
+
+def _memory_binds_little(pipe: Pipeline) -> str | None:
+    """Why `paced-greedy` need not run in ``best`` here (see `PACED_MEMORY_SHARE`), or None."""
+    from layersched.schedule.bounds import pipeline_bounds
+
+    if pipe.capacity is None:
+        return "no memory limit, so nothing waits for memory"
+    bounds = pipeline_bounds(pipe, pipe.stage_to_rank(), pipe.objective)
+    held, best = max(bounds.get("memory_time", 0), bounds.get("held_apart", 0)), max(bounds.values(), default=0)
+    if held >= PACED_MEMORY_SHARE * best:
+        return None
+    return (
+        f"memory binds little here (the memory-time and held-apart bounds reach {held / max(best, 1):.0%} of "
+        f"the best bound; paced-greedy is tried from {PACED_MEMORY_SHARE:.0%})"
+    )
+
+
 # seconds per step: chunk-greedy's per simulation (4.5e-5 / 18) times `paced_simulations` (27), rounded up
 @template(
     "paced-greedy",
@@ -791,6 +822,7 @@ def chunk_greedy_template(pipe: Pipeline) -> list[list[str]]:
     stages_per_rank=(2, None),
     greedy=True,
     seconds_per_step=7e-5,
+    skip_in_best=_memory_binds_little,
 )
 def paced_greedy_template(pipe: Pipeline) -> list[list[str]]:
     """Memory-bounded greedy that lets micro-batches in a fixed time apart, the pace searched.

@@ -90,6 +90,27 @@ def test_paced_greedy_beats_the_greedy_where_micro_batches_would_wait_holding_me
     assert max(paced.metrics["peak_memory"][:4]) <= 20
 
 
+def test_best_tries_paced_greedy_only_where_memory_binds():
+    """The row above: under 5 activations per rank the memory bounds reach 82% of the best bound and
+    ``best`` tries paced-greedy; under 8 (1F1B's), 67%, and it says why it did not
+    (`PACED_MEMORY_SHARE`)."""
+    from layersched.schedule.solve import solve_best
+
+    spec = {
+        "stages": 8, "stages_per_rank": 2, "placement": "loop", "microbatches": 8, "forward": 14,
+        "backward_input": 14, "backward_weight": 10, "transfer": 2, "memory_forward": 4,
+        "memory_freed_by_weight": 2,
+    }  # fmt: skip
+    tight, loose = (
+        pipeline_from_spec(ProblemSpec.model_validate({"name": "t", "pipeline": spec | {"memory_limit": limit}}))
+        for limit in (20, 32)
+    )
+    names = ["chunk-greedy", "paced-greedy"]
+    assert solve_best(tight, time_limit=1, templates=names).info["candidates"]["paced-greedy"] == 860
+    why = solve_best(loose, time_limit=1, templates=names).info["candidates"]["paced-greedy"]
+    assert why.startswith("not tried: memory binds little here (the memory-time and held-apart bounds reach 67%")
+
+
 def test_below_the_least_memory_it_says_so():
     pipe = pipe_of(2, 2, 4, [(2, 2, 1)] * 12, "v", [4] * 12, [1] * 12, 0.0)
     from dataclasses import replace
