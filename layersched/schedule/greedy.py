@@ -379,10 +379,11 @@ Those were the fastest paced on the rows measured (the 1.5B interleaved row unde
 per rank, the V row at p=16, m=48 under 4); with a reservation or ``I`` first, pacing gained little."""
 
 PACE_GRID = (0.3, 0.36, 0.42, 0.5, 0.6, 0.71, 0.84, 1.0)
-"""`paced_greedy`'s paces, as shares of the unpaced variants' span per micro-batch."""
+"""`paced_greedy`'s paces, as shares of the span per micro-batch of the greedy that reserves each
+micro-batch's room (unpaced)."""
 
 PACE_REFINE = 4
-"""Halvings of the gap between the fastest pace on `PACE_GRID` that stalls and the next that does not:
+"""Halvings of the step between the largest pace on `PACE_GRID` that still stalls and the next one up:
 the best span sits just above where the variant stops stalling (V row, p=16, m=48, 4 activations)."""
 
 
@@ -397,11 +398,11 @@ def paced_greedy(pipe: Pipeline) -> list[list[str]]:
     Under a limit that holds few activations, a greedy lets micro-batches in as fast as the first
     rank can take them; they then hold their activations while they wait on the ranks beyond, and the
     pipeline runs at the pace of its fullest rank anyway, later. Letting them in a fixed time apart
-    (`simulate`'s ``pace``) keeps them moving. Paces from 0.3 to 1.0 times the unpaced span per
-    micro-batch are tried (`PACE_GRID`), then `PACE_REFINE` halvings between the fastest that stalls
-    and the next; the scale is the span per micro-batch of a variant that reserves a micro-batch's
-    room (it never stalls), which is also kept. Without a limit nothing waits for memory, and pacing
-    rarely helps. `ValueError` when the limit is below `Pipeline.least_memory`."""
+    (`simulate`'s ``pace``) keeps them moving. Paces from 0.3 to 1.0 times the span per micro-batch
+    of the variant that reserves each micro-batch's room (it never stalls, and is kept too) are tried
+    (`PACE_GRID`), then `PACE_REFINE` halvings above the largest pace that still stalls. Without a
+    limit nothing waits for memory, and pacing rarely helps. `ValueError` when the limit is below
+    `Pipeline.least_memory`."""
     cap = np.inf if pipe.capacity is None else pipe.capacity
     if cap < pipe.least_memory():
         raise ValueError(f"memory limit {cap} is below the least any schedule needs, {pipe.least_memory()}")
@@ -422,7 +423,7 @@ def paced_greedy(pipe: Pipeline) -> list[list[str]]:
         paces = [max(1, int(share * reference[1] / m)) for share in PACE_GRID]
         stalled = [p for p in paces if run(p) is None]
         going = [p for p in paces if p > max(stalled, default=0)]
-        if stalled and going:  # the best pace lies just above the fastest that stalls
+        if stalled and going:  # the best pace lies just above the largest that still stalls
             lo, hi = max(stalled), min(going)
             for _ in range(PACE_REFINE):
                 mid = (lo + hi) // 2
