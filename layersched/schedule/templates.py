@@ -791,9 +791,9 @@ def chunk_greedy_template(pipe: Pipeline) -> list[list[str]]:
 
 PACED_MEMORY_SHARE = 0.75
 """``best`` tries `paced-greedy` where the memory-time or held-apart bound (`layersched.schedule.bounds`)
-is at least this share of the best bound: where memory binds. Measured on 45 multi-chunk rows (the
-1.5B and V rows under 3 to 24 stage activations per rank, 26 random ones): it beat every other
-template on 15, all but one at a share of 0.78 or more; at 0.5-0.72 (the 1F1B-memory rows, the rows
+is at least this share of the best bound: where memory binds. Measured on 42 multi-chunk rows (the
+1.5B and V rows under 3 to 24 stage activations per rank, 23 random ones): it beat every other
+template on 14, all but one at a share of 0.78 or more; at 0.5-0.72 (the 1F1B-memory rows, the rows
 under 18 activations) it never did, and there its second of search cost `best` the V row at p=16
 under 18 activations (60 s: 1.78-1.92% gap before, 2.06-2.12% with it)."""
 
