@@ -775,18 +775,27 @@ def chunk_greedy_template(pipe: Pipeline) -> list[list[str]]:
     ``W``; four priority variants, the fastest kept. It follows the problem's placement (loop when the
     problem gives none), so it is the one template for placements the others do not cover.
     """
-    from layersched.schedule.greedy import MAX_WORK, chunk_greedy, simulation_steps
+    from layersched.schedule.greedy import chunk_greedy
+
+    return _simulated("chunk-greedy", pipe, chunk_greedy, "about 10 s")
+
+
+def _simulated(name: str, pipe: Pipeline, build: Callable[[Pipeline], list[list[str]]], takes: str):
+    """``build(pipe)`` for the greedy template ``name``, refused where it would simulate more than
+    `layersched.schedule.greedy.MAX_WORK` steps (``takes``: about how long that is), its `ValueError`
+    as a `TemplateError`."""
+    from layersched.schedule.greedy import MAX_WORK, simulation_steps
 
     work = simulation_steps(pipe)
     if work > MAX_WORK:
         raise TemplateError(
-            f"schedule 'chunk-greedy' simulates {work:,} steps (passes times ranks) here, at most {MAX_WORK:,} "
-            "(about 10 s); use fewer micro-batches or another template"
+            f"schedule '{name}' simulates {work:,} steps (passes times ranks) here, at most {MAX_WORK:,} "
+            f"({takes}); use fewer micro-batches or another template"
         )
     try:
-        return chunk_greedy(pipe)
+        return build(pipe)
     except ValueError as exc:
-        raise TemplateError(f"schedule 'chunk-greedy': {exc}") from None
+        raise TemplateError(f"schedule '{name}': {exc}") from None
 
 
 PACED_MEMORY_SHARE = 0.75
@@ -832,18 +841,9 @@ def paced_greedy_template(pipe: Pipeline) -> list[list[str]]:
     memory; paced, they keep moving (the V row at p=16, m=48 under 4 stage activations per rank:
     14.5M where chunk-greedy gives 17.6M).
     """
-    from layersched.schedule.greedy import MAX_WORK, paced_greedy, simulation_steps
+    from layersched.schedule.greedy import paced_greedy
 
-    work = simulation_steps(pipe)
-    if work > MAX_WORK:
-        raise TemplateError(
-            f"schedule 'paced-greedy' simulates {work:,} steps (passes times ranks) here, at most {MAX_WORK:,} "
-            "(about 15 s); use fewer micro-batches or another template"
-        )
-    try:
-        return paced_greedy(pipe)
-    except ValueError as exc:
-        raise TemplateError(f"schedule 'paced-greedy': {exc}") from None
+    return _simulated("paced-greedy", pipe, paced_greedy, "about 15 s")
 
 
 @template("ooo", split_backward=True)
