@@ -387,11 +387,6 @@ PACE_REFINE = 4
 the best span sits just above where the variant stops stalling (V row, p=16, m=48, 4 activations)."""
 
 
-def paced_simulations() -> int:
-    """How many simulations `paced_greedy` runs at most (its time estimate)."""
-    return 1 + len(PACED_VARIANTS) * (1 + len(PACE_GRID) + PACE_REFINE)
-
-
 def paced_greedy(pipe: Pipeline) -> list[list[str]]:
     """The fastest of `PACED_VARIANTS` with micro-batches entering the pipeline at most one per pace.
 
@@ -410,7 +405,8 @@ def paced_greedy(pipe: Pipeline) -> list[list[str]]:
     reference = simulate(pipe, cap, order="depth", backward_first=False, reserve="all")
     if reference is None:
         raise ValueError("the greedy stopped: nothing could move within the memory limit")
-    m, found = pipe.num_microbatches, [reference]
+    found = [reference]
+    paces = [max(1, int(share * reference[1] / pipe.num_microbatches)) for share in PACE_GRID]
     for order, backward_first, reserve in PACED_VARIANTS:
 
         def run(pace: int, order=order, backward_first=backward_first, reserve=reserve):
@@ -420,7 +416,6 @@ def paced_greedy(pipe: Pipeline) -> list[list[str]]:
             return out
 
         run(0)
-        paces = [max(1, int(share * reference[1] / m)) for share in PACE_GRID]
         stalled = [p for p in paces if run(p) is None]
         going = [p for p in paces if p > max(stalled, default=0)]
         if stalled and going:  # the best pace lies just above the largest that still stalls

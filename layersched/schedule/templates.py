@@ -823,7 +823,8 @@ def _memory_binds_little(pipe: Pipeline) -> str | None:
     )
 
 
-# seconds per step: chunk-greedy's per simulation (4.5e-5 / 18) times `paced_simulations` (27), rounded up
+# seconds per step: chunk-greedy's per simulation (4.5e-5 / 18) times paced_greedy's 27 at most (the reserving
+# greedy, then per paced variant its unpaced run, the 8 paces of PACE_GRID and 4 halvings), rounded up
 @template(
     "paced-greedy",
     split_backward=True,
