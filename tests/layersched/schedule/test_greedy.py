@@ -73,17 +73,22 @@ def test_a_paced_micro_batch_enters_only_after_its_pace_has_passed():
     assert unpaced is not None and unpaced[1] < span
 
 
-def test_paced_greedy_beats_the_greedy_where_micro_batches_would_wait_holding_memory():
-    """p=4, two stages per rank, m=8, under 5 stage activations per rank (F = I = 14, W = 10, transfer
-    2). Let in as fast as rank 0 takes them, micro-batches hold their activations while they queue on
-    the ranks beyond: chunk-greedy's fastest variant spans 972. Let in a pace apart, 860 (the bound:
-    776)."""
+def paced_row(memory_limit: int):
+    """p=4, two stages per rank, m=8 (F = I = 14, W = 10, transfer 2; an activation is 4, W frees 2)
+    under ``memory_limit``: 20 is 5 stage activations per rank, 32 is 8 (1F1B's)."""
     spec = {
         "stages": 8, "stages_per_rank": 2, "placement": "loop", "microbatches": 8, "forward": 14,
         "backward_input": 14, "backward_weight": 10, "transfer": 2, "memory_forward": 4,
-        "memory_freed_by_weight": 2, "memory_limit": 20,
+        "memory_freed_by_weight": 2, "memory_limit": memory_limit,
     }  # fmt: skip
-    pipe = pipeline_from_spec(ProblemSpec.model_validate({"name": "t", "pipeline": spec}))
+    return pipeline_from_spec(ProblemSpec.model_validate({"name": "t", "pipeline": spec}))
+
+
+def test_paced_greedy_beats_the_greedy_where_micro_batches_would_wait_holding_memory():
+    """`paced_row` under 5 stage activations per rank. Let in as fast as rank 0 takes them,
+    micro-batches hold their activations while they queue on the ranks beyond: chunk-greedy's fastest
+    variant spans 972. Let in a pace apart, 860 (the bound: 776)."""
+    pipe = paced_row(20)
     paced = solve_pipeline(pipe, schedule="paced-greedy")  # validates
     greedy = solve_pipeline(pipe, schedule="chunk-greedy")
     assert paced.metrics["value"] == 860 and greedy.metrics["value"] == 972
@@ -96,15 +101,7 @@ def test_best_tries_paced_greedy_only_where_memory_binds():
     (`PACED_MEMORY_SHARE`)."""
     from layersched.schedule.solve import solve_best
 
-    spec = {
-        "stages": 8, "stages_per_rank": 2, "placement": "loop", "microbatches": 8, "forward": 14,
-        "backward_input": 14, "backward_weight": 10, "transfer": 2, "memory_forward": 4,
-        "memory_freed_by_weight": 2,
-    }  # fmt: skip
-    tight, loose = (
-        pipeline_from_spec(ProblemSpec.model_validate({"name": "t", "pipeline": spec | {"memory_limit": limit}}))
-        for limit in (20, 32)
-    )
+    tight, loose = paced_row(20), paced_row(32)
     names = ["chunk-greedy", "paced-greedy"]
     assert solve_best(tight, time_limit=1, templates=names).info["candidates"]["paced-greedy"] == 860
     why = solve_best(loose, time_limit=1, templates=names).info["candidates"]["paced-greedy"]
