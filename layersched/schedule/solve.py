@@ -62,6 +62,9 @@ class Solution:
     runtime: float
     result: Result | None = None
     info: dict = field(default_factory=dict)
+    compute: list[list[str]] | None = None
+    """The per-rank compute orders the schedule was timed from (a template's), where it was. At equal
+    starts (zero-length passes) the start times alone do not give the order back."""
 
     @property
     def split_backward(self) -> bool:
@@ -72,7 +75,12 @@ class Solution:
         return list(self.tasks.graph.graph["stage_to_rank"])
 
     def actions(self) -> list[list[str]]:
-        """Per rank, its compute actions (F/I/W/B) in start order: what the runner executes."""
+        """Per rank, its compute actions (F/I/W/B) in start order: what the runner executes. A schedule
+        timed from given orders (`solve_orders`) gives those back: where passes of zero length start
+        together, the order read from the start times may put a forward before the pass that frees its
+        memory, and timed again it can break the limit."""
+        if self.compute is not None:
+            return [list(acts) for acts in self.compute]
         names = self.tasks.names
         R = self.pipe.num_ranks
         return [
@@ -187,7 +195,9 @@ def solve_orders(
     t0 = time.perf_counter() if t0 is None else t0
     tasks = task_graph(pipe, split_backward, stage_to_rank, graphs)
     sched = time_orders(tasks.problem, complete_orders(tasks, compute))
-    return _solution(pipe, tasks, sched, method, objective or pipe.objective, None, t0)
+    sol = _solution(pipe, tasks, sched, method, objective or pipe.objective, None, t0)
+    sol.compute = [list(acts) for acts in compute]
+    return sol
 
 
 def _solution(
@@ -660,4 +670,4 @@ def solve_best(
     value, runtime = metrics["value"], time.perf_counter() - t0
     status = "optimal" if bound >= value else "feasible"
     result = Result(best.schedule, status, value, bound, runtime, "best", objective, info)
-    return Solution(pipe, best.tasks, best.schedule, "best", objective, metrics, runtime, result, info)
+    return Solution(pipe, best.tasks, best.schedule, "best", objective, metrics, runtime, result, info, best.compute)

@@ -330,6 +330,10 @@ def test_best_runs_the_tail_step_and_lists_it(monkeypatch):
         dict(stages=9, stages_per_rank=3, placement="loop", microbatches=4, forward=[3, 14, 10, 11, 4, 19, 17, 5, 4],
              backward_input=[20, 1, 5, 17, 3, 2, 12, 9, 18], backward_weight=0, transfer=6, memory_forward=1,
              memory_freed_by_weight=1, memory_limit=11),
+        # every pass zero-length, only the transfers take time (1F1B's memory for three stages per rank)
+        dict(stages=12, stages_per_rank=3, placement="loop", microbatches=8, forward=0, backward_input=0,
+             backward_weight=0, transfer=1803, memory_forward=201216, memory_freed_by_weight=73728,
+             memory_limit=2414592, objective="span"),
     ],
 )  # fmt: skip
 def test_best_takes_templates_with_zero_length_weight_passes_under_a_memory_limit(spec):
