@@ -190,6 +190,8 @@ def cmd_solve(args, console: Console) -> int:
     from layersched.describe.stages import pipeline_from_spec
     from layersched.formats.export import save_json, schedule_file
     from layersched.schedule.solve import solve_pipeline
+    from layersched.schedule.templates import TemplateError
+    from solvers import Deadlock, InvalidSchedule
 
     spec = load_problem(args.problem)
     if args.pipeline is not None:
@@ -263,7 +265,16 @@ def cmd_solve(args, console: Console) -> int:
                 chosen = " <- chosen" if c.solution is sol else ""
                 console.print(f"cuts: {c.label}: {value}{gain}{chosen}")
     else:
-        sol = solve_pipeline(pipe, schedule=args.schedule, solver=solver, objective=args.objective, **options)
+        try:
+            sol = solve_pipeline(pipe, schedule=args.schedule, solver=solver, objective=args.objective, **options)
+        except (InvalidSchedule, Deadlock) as exc:
+            if solver is not None:
+                raise
+            name = args.schedule or pipe.default_schedule
+            raise TemplateError(
+                f"schedule {name!r} breaks this problem's rules: {exc}. A template's order is fixed; "
+                "--solver best searches orders that keep them"
+            ) from exc
     doc = schedule_file(sol, source=str(args.problem))
     save_json(doc, args.out)
     if not args.quiet:

@@ -156,6 +156,20 @@ def test_template_or_solver_named_in_the_file_names_the_file_and_field(tmp_path,
     assert code == 2 and f"pipeline.solver: unknown solver 'nope'; valid: {valid}" in err[0]
 
 
+def test_a_template_over_the_memory_limit_is_named_with_the_way_out(tmp_path, capsys):
+    """GPipe keeps every micro-batch's activations on rank 0: over a limit of two it breaks the
+    limit. The one line names the template, the broken rule and the search that keeps it."""
+    tight = {**SMALL, "pipeline": {**SMALL["pipeline"], "memory_forward": 1, "memory_limit": 2, "schedule": "gpipe"}}
+    out = tmp_path / "s.json"
+    code, err = run(capsys, "solve", problem(tmp_path, tight), "--out", out)
+    assert code == 2 and len(err) == 1
+    assert "schedule 'gpipe' breaks this problem's rules: memory: 0F2 raises memory on rank0" in err[0]
+    assert "--solver best searches orders that keep them" in err[0]
+    assert not out.exists()
+    code, _ = run(capsys, "solve", problem(tmp_path, tight), "--solver", "best", "--out", out, "--quiet")
+    assert code == 0 and out.exists()
+
+
 # -- no schedule found --------------------------------------------------------------------------------
 
 
