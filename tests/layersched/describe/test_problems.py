@@ -123,6 +123,24 @@ def test_problem_files_load(path):
     assert state + activations < device.memory_bytes
 
 
+STAGE_FILES = [p for p in PROBLEM_FILES if yaml.safe_load(p.read_text()).get("pipeline") is not None]
+
+
+@pytest.mark.parametrize("path", STAGE_FILES, ids=rel)
+def test_stage_level_problems_solve_with_their_own_schedule(path):
+    """`layersched solve FILE` with no option runs the file's own schedule: it must keep the file's
+    memory limit. (The interleaved 1.5B row once named Megatron's interleaved 1F1B, whose warm-up needs
+    more than 1F1B's memory with three stages per rank, so its plain `solve` stopped with an error.)"""
+    from layersched.describe.stages import pipeline_from_spec
+    from layersched.schedule.solve import solve_pipeline
+
+    pipe = pipeline_from_spec(load_problem(path))
+    sol = solve_pipeline(pipe)  # validated, the memory limit included
+    assert sol.method == pipe.default_schedule
+    if pipe.capacity is not None:
+        assert max(sol.metrics["peak_memory"]) <= pipe.capacity
+
+
 MODEL_SIZES = {  # parameters of the bundled models, from their papers
     "gpt3-1.3b-a100": 1.3e9,
     "gpt3-1.3b-h100": 1.3e9,
