@@ -78,6 +78,9 @@ def recut(
         doc["name"] += f"-c{transfer}"
         p["transfer"] = transfer
     p.update(stages=v * ranks, stages_per_rank=v, microbatches=microbatches, memory_limit=held * p["memory_forward"])
+    doc["description"] = (
+        f"{base} re-cut: p={ranks}, m={microbatches}, {v} stages per rank, {held} stage activations per rank"
+    )
     return _write(tmp, doc)
 
 
@@ -117,6 +120,7 @@ def uneven_row(tmp: Path) -> Path:
             times[stage] = int(times[stage] * factors[k])
         p[key] = times
     doc["name"] += "-uneven"
+    doc["description"] += ", the first and the last stage slower"
     return _write(tmp, doc)
 
 
