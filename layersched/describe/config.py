@@ -23,17 +23,27 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
-NonNeg = Annotated[float, Field(ge=0)]
+
+def _not_bool(value):
+    """A number field refuses true and false, which pydantic would read as 1 and 0 (YAML reads ``yes``,
+    ``no``, ``on`` and ``off`` as those too, so ``forward: yes`` would be a forward of 1)."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected a number, got {str(value).lower()}")
+    return value
+
+
+NoBool = BeforeValidator(_not_bool)
+NonNeg = Annotated[float, NoBool, Field(ge=0)]
 MAX_INT = 10**15
 """The largest whole number a file may hold (times in the file's unit, bytes, counts): with a million
 tasks their sum still fits a 64-bit integer, and so CP-SAT's domains, with room to spare."""
-NonNegInt = Annotated[int, Field(ge=0, le=MAX_INT)]
-PosInt = Annotated[int, Field(ge=1, le=MAX_INT)]
-Stages = Annotated[int, Field(ge=1, le=4096)]
+NonNegInt = Annotated[int, NoBool, Field(ge=0, le=MAX_INT)]
+PosInt = Annotated[int, NoBool, Field(ge=1, le=MAX_INT)]
+Stages = Annotated[int, NoBool, Field(ge=1, le=4096)]
 """Pipeline stages, ranks and replicas: 1 to 4096."""
-Microbatches = Annotated[int, Field(ge=1, le=1_000_000)]
+Microbatches = Annotated[int, NoBool, Field(ge=1, le=1_000_000)]
 """Micro-batches per iteration: 1 to a million."""
 Placement = Literal["loop", "v"] | list[NonNegInt]
 """Which rank holds each stage: ``loop`` (stage s on rank s mod R), ``v`` (down then back up, as in

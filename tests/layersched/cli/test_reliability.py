@@ -126,6 +126,11 @@ def test_out_dir_naming_a_file(tmp_path, capsys):
         ("stages.yaml", b"name: t\npipeline: {stages: 4611686018427387904, microbatches: 2, forward: 1, "
          b"backward_input: 1, backward_weight: 1}\n", "pipeline.stages: Input should be less than or equal to 4096"),
         ("deep.yaml", b"name: " + b"[" * 5000 + b"]" * 5000 + b"\n", "nested too deeply"),
+        # YAML reads yes/no/on/off as true/false, which pydantic would take for 1 and 0
+        ("yes.yaml", b"name: t\npipeline: {stages: 2, microbatches: 2, forward: yes, backward_input: 1, "
+         b"backward_weight: 1}\n", "pipeline.forward: expected a number, got true"),
+        ("on.yaml", b"name: t\npipeline: {stages: 2, microbatches: on, forward: 1, backward_input: 1, "
+         b"backward_weight: 1}\n", "pipeline.microbatches: expected a number, got true"),
     ],
 )  # fmt: skip
 def test_bad_input_files(tmp_path, capsys, name, content, needle):
