@@ -20,7 +20,14 @@ def add_commands(subparsers: argparse._SubParsersAction) -> dict[str, Callable]:
         "ZB-H1, ZB-H2, ZB-V, ...) are listed and plotted at their own peak memory.",
     )
     f.add_argument("problem", help="problem file (YAML or JSON), e.g. problems/zb-1.5b.yaml")
-    f.add_argument("--points", type=positive_int, default=8, metavar="N", help="memory limits to try (default 8)")
+    f.add_argument(
+        "--points",
+        type=positive_int,
+        default=8,
+        metavar="N",
+        help="evenly spaced memory limits to try, from the least that fits to the best template's peak; "
+        "each template's own peak memory between them is tried too (default 8)",
+    )
     add_time_limit(f, 10.0, "solver time limit per point")
     f.add_argument("--microbatches", type=positive_int, metavar="M", help="override the number of micro-batches")
     f.add_argument(
@@ -50,7 +57,10 @@ def cmd_frontier(args, console) -> int:
         raise SpecError(f"--points: at least 2, got {args.points}")
     t, m = pipe.time_unit, pipe.memory_unit
     if not args.quiet:
-        console.print(f"{pipe.name}: sweeping {args.points} memory limits, best for at most {args.time_limit:g} s each")
+        console.print(
+            f"{pipe.name}: sweeping {args.points} memory limits and the templates' own peaks, "
+            f"best for at most {args.time_limit:g} s each"
+        )
 
     def progress(p) -> None:
         if not args.quiet:
