@@ -23,6 +23,11 @@ import numpy as np
 UNLIMITED = np.iinfo(np.int64).max // 4
 """Capacity used for a processor without a memory limit."""
 
+MAX_TIME = 2**61
+"""The most that a problem's durations and transfer delays may add up to (in its time unit). A schedule
+with its gaps closed ends within that sum, so every start, end and objective stays well inside 64-bit
+integers and inside CP-SAT's domains (at most 2**62)."""
+
 OBJECTIVES = ("makespan", "span")
 """``makespan``: end of the last task (from time 0). ``span``: the largest per-processor span, from
 the start of a processor's first task to the end of its last (the steady-state iteration time)."""
@@ -260,6 +265,21 @@ class Problem:
             link = link.copy()
             link.setflags(write=False)
             set_(self, "link", link)
+        self._check_total_time()
+
+    def _check_total_time(self) -> None:
+        """``ValueError`` when the durations (each task's slowest) and the delays (over the slowest
+        link) add up to more than `MAX_TIME`; summed as floats, which cannot overflow."""
+        slowest = self.mode_duration.max(axis=1, initial=0)
+        if self.duration_on is not None:
+            slowest = np.maximum(slowest, np.where(self.allowed, self.duration_on, 0).max(axis=1, initial=0))
+        factor = float(self.link.max(initial=1)) if self.link is not None else 1.0
+        total = float(slowest.astype(np.float64).sum()) + factor * float(self.delay.astype(np.float64).sum())
+        if total > MAX_TIME:
+            raise ValueError(
+                f"durations and delays add up to {total:.3g} time units, more than {MAX_TIME:.3g}: times that "
+                "large overflow 64-bit arithmetic; give them in a coarser unit"
+            )
 
     @property
     def is_heterogeneous(self) -> bool:

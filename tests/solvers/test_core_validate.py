@@ -28,6 +28,20 @@ def chain_problem(**kw):
     return Problem(**base)
 
 
+def test_problem_refuses_times_that_would_overflow():
+    """Durations and delays that add up past `MAX_TIME` would overflow 64-bit starts and CP-SAT's
+    domains (a pipeline of 60,000 passes of 10**15 units each once did, with a traceback)."""
+    from solvers.problem import MAX_TIME
+
+    Problem(duration=[MAX_TIME // 2, MAX_TIME // 2])  # exactly the most: accepted
+    with pytest.raises(ValueError, match="add up to .* more than 2.31e[+]18: .* coarser unit"):
+        Problem(duration=[MAX_TIME // 2, MAX_TIME // 2 + 2**20])  # (summed as floats: 2**61 + 1 rounds down)
+    with pytest.raises(ValueError, match="add up to"):  # the delays count, over the slowest link
+        Problem(duration=[1, 1], edges=[[0, 1]], delay=[MAX_TIME // 2], num_processors=2, link=[[0, 3], [3, 0]])
+    with pytest.raises(ValueError, match="add up to"):  # each task's slowest processor counts
+        Problem.unrelated([[1, MAX_TIME], [1, 2**20]])
+
+
 def test_problem_rejects_bad_input():
     with pytest.raises(ValueError, match="negative duration"):
         Problem(duration=[1, -1])
