@@ -138,9 +138,11 @@ def cpsat(
                 hint, status, hint_value, min(bound, hint_value), time.perf_counter() - t0, "cpsat", objective, info
             )
         return Result(None, "unknown", None, bound, time.perf_counter() - t0, "cpsat", objective, info)
-    model = _Model(
-        problem, objective, bound, _horizon(problem, objective, hint if hint_ok else None), hint_value, keep_processor
-    )
+    horizon = _horizon(problem, objective, hint if hint_ok else None)
+    if bound > horizon and not hint_ok:  # a schedule with its gaps closed ends by the horizon: none exists
+        why = f"the lower bound {bound} is past {horizon}, where a schedule with its gaps closed ends"
+        return Result(None, "infeasible", None, bound, time.perf_counter() - t0, "cpsat", objective, {"reason": why})
+    model = _Model(problem, objective, bound, horizon, hint_value, keep_processor)
     model.add_orders(symmetry, order_pairs)
     if hint is not None:
         model.add_hint(hint, hint_value)

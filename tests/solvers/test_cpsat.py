@@ -98,6 +98,17 @@ def test_affinity_group_shares_a_processor():
     assert result.objective == 6 and result.schedule.processor[0] == result.schedule.processor[1]
 
 
+def test_a_bound_past_the_horizon_is_infeasible_not_an_invalid_model():
+    """A schedule with its gaps closed ends by the sum of the work and the delays, so a proven bound past
+    it means no schedule exists. A bound past CP-SAT's domains (2**62) once made the model invalid and
+    raised RuntimeError (a pipeline whose memory limit was far below one micro-batch's activations)."""
+    p = Problem(duration=[2, 3], num_processors=1)
+    for known in (6, 2**63):
+        r = cpsat(p, time_limit=2, known_bound=known, keep_processor=[0, 0])
+        assert r.status == "infeasible" and r.schedule is None and "lower bound" in r.info["reason"]
+    assert cpsat(p, time_limit=2, known_bound=5).objective == 5
+
+
 def test_memory_deadlock_is_infeasible():
     p = Problem(duration=[1, 1, 1], edges=[[0, 2], [1, 2]], mem_delta=[3, 3, -6], capacity=[5])
     result = cpsat(p, time_limit=5)
