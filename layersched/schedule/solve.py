@@ -581,6 +581,8 @@ def solve_best(
     from solvers import Deadlock, InvalidSchedule
 
     objective = objective or pipe.objective
+    if pipe.capacity is not None and pipe.capacity < pipe.least_memory():
+        raise no_schedule(pipe, "best", "infeasible")  # proven: no micro-batch fits, nothing to search
     t0 = time.perf_counter()
     budget = Budget(time_limit, pipeline_tasks(pipe), start=t0)
     tried: dict[str, int | str] = {}

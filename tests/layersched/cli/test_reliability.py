@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from layersched.cli.main import main
-from tests.paths import DATA
+from tests.paths import DATA, PROBLEMS
 
 SMALL = {
     "name": "small",
@@ -185,6 +185,17 @@ def test_no_schedule_is_one_line_with_the_least_memory(tmp_path, capsys, solver)
     assert code == 2 and len(err) == 1
     assert "the memory limit 3 unit is below the least any schedule needs, 4 unit" in err[0]
     assert "raise memory_limit to at least 4" in err[0]
+
+
+def test_a_model_level_limit_below_one_micro_batch_is_one_line(tmp_path, capsys):
+    """A model's memory in bytes times its times made the memory-time bound of a limit far below one
+    micro-batch pass CP-SAT's domains, and `best` stopped with a traceback ("invalid model")."""
+    doc = yaml.safe_load((PROBLEMS / "gpt3-1.3b-a100.yaml").read_text())
+    doc["cluster"] = str(PROBLEMS / doc["cluster"])
+    doc["training"]["memory_limit"] = 1
+    code, err = run(capsys, "solve", problem(tmp_path, doc), "--solver", "best", "--time-limit", "5", "--quiet")
+    assert code == 2 and len(err) == 1
+    assert "the memory limit 1 bytes is below the least any schedule needs" in err[0]
 
 
 # -- fuzz: mutations of valid files through the CLI entry point ----------------------------------------
