@@ -29,6 +29,50 @@ SECONDS_PER_TASK = {
 pipeline problems of 64 stages with 64, 256 and 1024 micro-batches (12,288 to 196,608 tasks), rounded
 up; ``python benchmarks/time_limits.py`` measures them again."""
 
+BYTES_PER_TASK = 4096
+"""Peak memory per task of a whole ``solve`` with a template, the task graph, the schedule and its file
+included: 1.41 GB for the 384,128 tasks of 64 stages and 2,000 micro-batches (``zb-h1``) on the
+project's 2-core machine, about 3.5 KB a task, rounded up."""
+
+
+class TooLarge(ValueError):
+    """A problem whose task graph would not fit in the memory this machine has free."""
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available to a new allocation (Linux's ``MemAvailable``: free memory plus what
+    the page cache can give back), or None where the system does not say."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def check_memory(num_tasks: int) -> None:
+    """`TooLarge` when ``num_tasks`` tasks at `BYTES_PER_TASK` need more memory than is available: the
+    command would otherwise run for a long time and then fail for memory."""
+    need, have = num_tasks * BYTES_PER_TASK, available_memory()
+    if have is not None and need > have:
+        raise TooLarge(
+            f"the task graph has {num_tasks:,} tasks; with its schedule and file that needs about "
+            f"{_size(need)} (about {BYTES_PER_TASK // 1024} KiB a task), more than the {_size(have)} this "
+            "machine has available; use fewer micro-batches or stages (a schedule's pattern shows with a few "
+            "times as many micro-batches as ranks)"
+        )
+
+
+def _size(nbytes: int) -> str:
+    """``nbytes`` in the largest binary unit that keeps it at least 1: ``1.5 GiB``, ``9.8 KiB``."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:,.1f} {unit}"
+    return f"{nbytes} B"
+
+
 SETUP_SECONDS = 2.0
 """The allowance beyond ``--time-limit``: starting Python, importing, reading and checking the problem
 (about 1 s measured here); the limit counts from when the problem has been read."""

@@ -21,7 +21,7 @@ import numpy as np
 
 from layersched.describe.stages import Pipeline
 from layersched.schedule.bounds import pipeline_bounds
-from layersched.schedule.budget import Budget, pipeline_tasks
+from layersched.schedule.budget import Budget, check_memory, pipeline_tasks
 from layersched.schedule.graph import TaskGraph, build_graph, parse_action, placement, to_problem
 from layersched.schedule.metrics import schedule_metrics
 from layersched.schedule.templates import TemplateError, check_stages_per_rank, get_template, template_orders
@@ -117,6 +117,7 @@ def task_graph(pipe: Pipeline, split_backward: bool, stage_to_rank: list[int], c
     key = (bool(split_backward), tuple(stage_to_rank))
     if cache is not None and key in cache:
         return cache[key]
+    check_memory(pipeline_tasks(pipe, split_backward))  # refuse before building what cannot fit
     tasks = to_problem(build_graph(pipe, split_backward=split_backward, stage_to_rank=stage_to_rank), pipe.capacity)
     if cache is not None:
         cache[key] = tasks
@@ -139,6 +140,7 @@ def solve_pipeline(
     objective = objective or pipe.objective
     if solver == "best":
         return solve_best(pipe, objective=objective, **options)
+    check_memory(pipeline_tasks(pipe))  # before a template builds its orders
     t0 = time.perf_counter()
     if solver is None:
         name = schedule or pipe.default_schedule
@@ -583,6 +585,7 @@ def solve_best(
     objective = objective or pipe.objective
     if pipe.capacity is not None and pipe.capacity < pipe.least_memory():
         raise no_schedule(pipe, "best", "infeasible")  # proven: no micro-batch fits, nothing to search
+    check_memory(pipeline_tasks(pipe))
     t0 = time.perf_counter()
     budget = Budget(time_limit, pipeline_tasks(pipe), start=t0)
     tried: dict[str, int | str] = {}

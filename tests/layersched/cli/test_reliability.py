@@ -198,6 +198,24 @@ def test_a_model_level_limit_below_one_micro_batch_is_one_line(tmp_path, capsys)
     assert "the memory limit 1 bytes is below the least any schedule needs" in err[0]
 
 
+@pytest.mark.parametrize("solver", [None, "best"])
+def test_a_task_graph_larger_than_the_free_memory_is_refused_before_any_work(tmp_path, capsys, monkeypatch, solver):
+    """64 stages and a million micro-batches (192 million tasks) ran for minutes and grew past 8 GB
+    before any message; now the estimate against the memory available refuses it at once. Here the
+    machine is made to have 10 KB free, which a 2-stage problem of 4 micro-batches (28 tasks) exceeds."""
+    from layersched.schedule import budget
+
+    assert (budget.available_memory() or 1) > 0
+    monkeypatch.setattr(budget, "available_memory", lambda: 10_000)
+    out = tmp_path / "s.json"
+    args = ["--solver", solver] if solver else []
+    code, err = run(capsys, "solve", problem(tmp_path), *args, "--out", out, "--quiet")
+    assert code == 2 and len(err) == 1 and not out.exists()
+    assert "the task graph has 28 tasks; with its schedule and file that needs about 112.0 KiB" in err[0]
+    assert "more than the 9.8 KiB this machine has available" in err[0]
+    assert "use fewer micro-batches or stages" in err[0]
+
+
 # -- fuzz: mutations of valid files through the CLI entry point ----------------------------------------
 
 VALUES = st.sampled_from([0, -1, 1, 3, 2**62, 1e30, float("nan"), float("inf"), "x", "", None, [], {}, [1, 2], True])
