@@ -173,35 +173,81 @@ class PartitionInput:
         return Partition(parts, bottleneck, stage_time=stage, stage_memory=memory, method=method, **extra)
 
 
+DP_BLOCK_ELEMENTS = 2**22
+"""`_dp_table` works through the ends ``J`` in blocks of about this many (first item, end) pairs, so
+that its arrays stay near 32 MB each: all at once they took ``8 (width + 1) (n + 1)`` bytes apiece,
+and a model of 20,000 layers passed 24 GB before any message."""
+
+
 def _dp_table(inp: PartitionInput, cost_of, width: int) -> tuple[float, list[np.ndarray]]:
     """Min over contiguous splits of the max over stages of ``cost_of(p, C, M, I, J)``: the cost of
     stage ``p`` holding items ``I..J-1``, given its compute ``C`` and memory ``M`` (arrays of shape
-    ``(width + 1, n + 1)``: row ``r`` is the stage of the ``r`` items before ``J``, so stages of more
-    than ``width`` items are not considered). The optimum and, per stage, its first item for each
-    end ``J``."""
+    ``(width + 1, k)`` for a block of ``k`` ends: row ``r`` is the stage of the ``r`` items before
+    ``J``, so stages of more than ``width`` items are not considered). The optimum and, per stage, its
+    first item for each end ``J``."""
     n, P = inp.n, inp.processors
     pre = np.concatenate([[0.0], np.cumsum(inp.work)])
     fixed = np.concatenate([[0.0], np.cumsum(inp.fixed)])
     scaled = np.concatenate([[0.0], np.cumsum(inp.scaled)])
-    J = np.arange(n + 1)[None, :]
-    I = J - np.arange(width + 1)[:, None]
-    valid = I >= 0
-    I = np.where(valid, I, 0)
-    empty = ~valid | (I >= J)
-    compute = pre[J] - pre[I]
-    mem_fixed = fixed[J] - fixed[I]
-    mem_scaled = scaled[J] - scaled[I]
+    rows = np.arange(width + 1)[:, None]
+    block = max(1, DP_BLOCK_ELEMENTS // (width + 1))
     best = np.full(n + 1, np.inf)
     best[0] = 0.0
     back = []
-    cols = np.arange(n + 1)
     for p in range(P):
-        cost = cost_of(p, compute, mem_fixed + inp.scale[p] * mem_scaled, I, J)
-        total = np.where(empty, np.inf, np.maximum(best[I], cost))
-        arg = np.argmin(total, axis=0)
-        best = total[arg, cols]
-        back.append(cols - arg)
+        new, first = np.full(n + 1, np.inf), np.zeros(n + 1, dtype=np.int64)
+        for lo in range(0, n + 1, block):
+            J = np.arange(lo, min(n + 1, lo + block))[None, :]
+            I = J - rows
+            valid = I >= 0
+            I = np.where(valid, I, 0)
+            empty = ~valid | (I >= J)
+            memory = fixed[J] - fixed[I] + inp.scale[p] * (scaled[J] - scaled[I])
+            cost = cost_of(p, pre[J] - pre[I], memory, I, J)
+            total = np.where(empty, np.inf, np.maximum(best[I], cost))
+            arg = np.argmin(total, axis=0)
+            cols = np.arange(J.shape[1])
+            new[J[0]] = total[arg, cols]
+            first[J[0]] = J[0] - arg
+        best = new
+        back.append(first)
     return float(best[n]), back
+
+
+def _least_overflow(inp: PartitionInput) -> float:
+    """A lower bound on how far the best contiguous split overflows memory (the least, over splits, of
+    the largest memory minus capacity of a processor). Bisection on the overflow ``e``: a split within
+    ``e`` exists, empty stages allowed, when giving each processor in turn the longest run of items
+    that fits in its capacity plus ``e`` covers them all, for a run's memory only grows with its
+    length. With the empty stages allowed it is a lower bound; it takes ``O(P log n)`` steps each
+    time, where a table over all splits holds ``n^2`` numbers."""
+    n, P = inp.n, inp.processors
+    fixed = np.concatenate([[0.0], np.cumsum(inp.fixed)]).tolist()
+    scaled = np.concatenate([[0.0], np.cumsum(inp.scaled)]).tolist()
+    scale, cap = [float(x) for x in inp.scale], [float(x) for x in inp.capacity]
+
+    def covers(e: float) -> bool:
+        j = 0
+        for p in range(P):
+            most = fixed[j] + scale[p] * scaled[j] + cap[p] * (1 + 1e-12) + e  # the DP's tolerance
+            lo, hi = j, n  # the last end k whose run j..k-1 fits
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                lo, hi = (mid, hi) if fixed[mid] + scale[p] * scaled[mid] <= most else (lo, mid - 1)
+            j = lo
+            if j >= n:
+                return True
+        return False
+
+    if covers(0.0):
+        return 0.0
+    lo, hi = 0.0, fixed[n] + max(scale) * scaled[n]  # one processor holding everything fits within hi
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if mid in (lo, hi) or hi - lo <= 1e-9 * hi:
+            break
+        lo, hi = (lo, mid) if covers(mid) else (mid, hi)
+    return hi
 
 
 def optimal_contiguous(work: Sequence[float], processors: int, **options) -> Partition:
@@ -236,6 +282,13 @@ def optimal_contiguous(work: Sequence[float], processors: int, **options) -> Par
 
     # Stages slower than a known bound cannot be in a solution that beats it: only stages of at
     # most `width` items need be tried, and the bound doubles until a solution is found under it.
+    overflow = _least_overflow(inp)  # no split fits: said at once, without the table over all splits
+    if overflow > 0:
+        raise ValueError(
+            f"no contiguous split onto {P} processors fits in memory: the best one needs at least "
+            f"{overflow:.4g} more on its fullest processor; add processors, memory, or a schedule with fewer "
+            "micro-batches in flight"
+        )
     n, pre = inp.n, np.concatenate([[0.0], np.cumsum(inp.work)])
     limit = max(pre[n] / inp.speed.sum(), float(inp.work.max(initial=0.0)) / inp.speed.max(), 1e-300) * 2
     while True:
@@ -245,7 +298,7 @@ def optimal_contiguous(work: Sequence[float], processors: int, **options) -> Par
         if value <= limit or width >= n:
             break
         limit *= 2
-    if not np.isfinite(value):
+    if not np.isfinite(value):  # only where every split that fits leaves a processor empty
         excess, _ = _dp_table(inp, lambda p, compute, memory, i, j: memory - inp.capacity[p], n)
         raise ValueError(
             f"no contiguous split onto {P} processors fits in memory: the best one needs {excess:.4g} more "

@@ -97,8 +97,69 @@ def test_cpsat_general_case_beats_contiguous_and_respects_memory():
     assert (cp.stage_memory <= [3, 1]).all()
 
 
+def least_overflow_exhaustive(work, processors, **options) -> float:
+    """The least, over every contiguous split, of its largest memory minus capacity."""
+    inp = PartitionInput.make(work, processors, **options)
+    best = np.inf
+    for cuts in itertools.combinations(range(1, inp.n), processors - 1):
+        assignment = np.repeat(np.arange(processors), np.diff([0, *cuts, inp.n]))
+        best = min(best, float((inp.evaluate(assignment, "exhaustive").stage_memory - inp.capacity).max()))
+    return best
+
+
+@settings(max_examples=300, deadline=None)
+@given(cases())
+def test_an_infeasible_split_names_a_true_lower_bound_on_its_overflow(case):
+    """Without a split that fits, the message gives at least how far the best one overflows: never more
+    than it (found by bisection with a greedy, which lets processors go empty)."""
+    work, P, opts = case
+    exact = least_overflow_exhaustive(work, P, **opts)
+    if exact <= 0:
+        return
+    with pytest.raises(ValueError, match="fits in memory: the best one needs") as info:
+        optimal_contiguous(work, P, **opts)
+    said = float(str(info.value).split("needs ")[1].split(" more")[0].removeprefix("at least "))
+    assert 0 < said <= exact * (1 + 1e-3)  # printed to 4 significant digits
+
+
+@settings(max_examples=150, deadline=None)
+@given(cases())
+def test_the_table_worked_through_in_small_blocks_gives_the_same_split(case):
+    """`_dp_table` goes through the ends in blocks to keep its memory bounded; blocks of one or two
+    ends give the split of the whole table."""
+    import layersched.describe.partition as partition
+
+    work, P, opts = case
+    try:
+        whole = optimal_contiguous(work, P, **opts)
+    except ValueError:
+        return
+    saved = partition.DP_BLOCK_ELEMENTS
+    try:
+        partition.DP_BLOCK_ELEMENTS = 3
+        blocks = optimal_contiguous(work, P, **opts)
+    finally:
+        partition.DP_BLOCK_ELEMENTS = saved
+    assert blocks.parts == whole.parts and blocks.bottleneck == whole.bottleneck
+
+
+def test_a_long_model_that_fits_nowhere_is_said_in_little_memory():
+    """5,000 items that fit on no split of 4 processors: the overflow came from a table over all
+    splits, 8 (n + 1)^2 bytes an array (a model of 20,000 layers passed 24 GB); now a bisection."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match="needs at least"):
+            optimal_contiguous(np.ones(5000), 4, fixed=np.ones(5000), capacity=100)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 50 * 2**20, peak
+
+
 def test_infeasible_memory_says_by_how_much():
-    with pytest.raises(ValueError, match=r"needs 2 more"):
+    with pytest.raises(ValueError, match=r"needs at least 2 more"):
         optimal_contiguous([1, 1, 1], 2, fixed=[3, 3, 3], capacity=4)
 
 
