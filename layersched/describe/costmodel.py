@@ -37,6 +37,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import pairwise
 
+from pydantic import ValidationError
+
 from layersched.describe.config import (
     CNNArch,
     DeviceSpec,
@@ -574,7 +576,20 @@ def build_layers(
         layers = mlp_layers(arch, b, d)
     else:
         raise TypeError(f"unknown architecture {type(arch).__name__}")
-    return [layer_spec(name, units, device, d) for name, units in layers]
+    specs = []
+    for name, units in layers:
+        try:
+            specs.append(layer_spec(name, units, device, d))
+        except ValidationError as exc:  # a size out of range: one line, not pydantic's report
+            err = exc.errors()[0]
+            where = ".".join(str(x) for x in err["loc"])
+            value = err.get("input")
+            shown = f"{value:.4g}" if isinstance(value, int | float) else repr(value)
+            raise ValueError(
+                f"the cost model gives layer {name!r} {where} = {shown}: {err['msg'].lower()}; the architecture's "
+                "sizes (hidden, seq_len, microbatch_size, ...) are too large for it"
+            ) from None
+    return specs
 
 
 def model_layers(model: ModelSpec, device: DeviceSpec, microbatch_size: int) -> list[LayerSpec]:

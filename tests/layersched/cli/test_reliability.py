@@ -198,6 +198,18 @@ def test_a_model_level_limit_below_one_micro_batch_is_one_line(tmp_path, capsys)
     assert "the memory limit 1 bytes is below the least any schedule needs" in err[0]
 
 
+def test_an_architecture_too_large_for_the_cost_model_is_one_line(tmp_path, capsys):
+    """A sequence of 10**9 tokens gives a layer 8e19 bytes of activations, past what a layer may hold:
+    pydantic's report of the cost model's own layer came out over four lines."""
+    doc = yaml.safe_load((PROBLEMS / "gpt3-1.3b-a100.yaml").read_text())
+    doc["cluster"] = str(PROBLEMS / doc["cluster"])
+    doc["model"]["architecture"]["seq_len"] = 10**9
+    code, err = run(capsys, "solve", problem(tmp_path, doc), "--quiet")
+    assert code == 2 and len(err) == 1
+    assert "the cost model gives layer 'block0' activation_bytes = 8e+19" in err[0]
+    assert "sizes (hidden, seq_len, microbatch_size, ...) are too large" in err[0]
+
+
 @pytest.mark.parametrize("solver", [None, "best"])
 def test_a_task_graph_larger_than_the_free_memory_is_refused_before_any_work(tmp_path, capsys, monkeypatch, solver):
     """64 stages and a million micro-batches (192 million tasks) ran for minutes and grew past 8 GB
