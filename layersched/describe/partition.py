@@ -327,8 +327,10 @@ def cpsat_partition_items(
     ``contiguous``), heterogeneous speeds and memories, transfers at every cut between processors.
 
     Times are rounded to integer multiples of ``resolution`` for the solver and the result is
-    re-priced exactly; ``lower_bound`` is CP-SAT's proven bound (scaled back). A contiguous DP
-    solution is given as a hint.
+    re-priced exactly. ``lower_bound`` is CP-SAT's proven bound scaled back, less what the rounding
+    can have added to a processor's time (every item's rounding up, and two cuts'), so it holds for
+    the exact times; ``status`` is ``optimal`` only where that bound meets the result. A contiguous
+    DP solution is given as a hint.
 
     Example
     -------
@@ -340,7 +342,14 @@ def cpsat_partition_items(
 
     inp = PartitionInput.make(work, processors, **options)
     P, n = inp.processors, inp.n
-    ticks = np.rint(inp.work[:, None] / inp.speed[None, :] / resolution).astype(np.int64)
+    exact = inp.work[:, None] / inp.speed[None, :] / resolution
+    ticks = np.rint(exact).astype(np.int64)
+    cut_ticks = np.rint(inp.cut / resolution).astype(np.int64)
+    # a processor's rounded time exceeds its exact one by at most its items' and two cuts' rounding up
+    slack = resolution * (
+        float(np.clip(ticks - exact, 0, None).max(axis=1, initial=0).sum())
+        + 2 * float(np.clip(cut_ticks - inp.cut / resolution, 0, None).max(initial=0))
+    )
     mem = inp.fixed[:, None] + inp.scaled[:, None] * inp.scale[None, :]
     hint = None
     try:
@@ -350,7 +359,7 @@ def cpsat_partition_items(
         pass
     res = cpsat_partition(
         ticks,
-        cut=np.rint(inp.cut / resolution).astype(np.int64),
+        cut=cut_ticks,
         memory=mem,
         capacity=np.where(np.isfinite(inp.capacity), inp.capacity, np.inf),
         contiguous=contiguous,
@@ -361,10 +370,7 @@ def cpsat_partition_items(
     )
     if res.assignment is None:
         raise ValueError(f"CP-SAT found no partition onto {P} processors ({res.status}); {n} items")
-    return inp.evaluate(
-        res.assignment,
-        "cpsat",
-        lower_bound=res.lower_bound * resolution,
-        status=res.status,
-        runtime=res.runtime,
-    )
+    part = inp.evaluate(res.assignment, "cpsat")
+    bound = min(max(0.0, res.lower_bound * resolution - slack), part.bottleneck)
+    status = "optimal" if res.status == "optimal" and bound >= part.bottleneck else "feasible"
+    return inp.evaluate(res.assignment, "cpsat", lower_bound=bound, status=status, runtime=res.runtime)

@@ -83,6 +83,29 @@ def test_cpsat_matches_dp_on_contiguous_cases(case):
     assert cp.lower_bound == dp.bottleneck
 
 
+@settings(max_examples=25, deadline=None)
+@given(cases(max_items=6))
+def test_cpsat_bound_holds_for_the_exact_times_it_rounds(case):
+    """CP-SAT sees times rounded to the resolution; its bound scaled back could pass the exact optimum
+    (three items of 1.6 on two processors, rounded to 2: bound 4, optimum 3.2). Less the rounding that
+    a processor's time can have gained, it holds."""
+    work, P, opts = case
+    try:
+        dp = optimal_contiguous(work, P, **opts)
+    except ValueError:
+        return
+    cp = cpsat_partition_items(work, P, contiguous=True, resolution=1, time_limit=10, **opts)
+    assert cp.lower_bound <= dp.bottleneck * (1 + 1e-9) + 1e-9
+    assert cp.bottleneck >= dp.bottleneck * (1 - 1e-9)
+    assert cp.status == "feasible" or cp.lower_bound >= cp.bottleneck
+
+
+def test_cpsat_bound_on_rounded_times_example():
+    cp = cpsat_partition_items([1.6, 1.6, 1.6], 2, resolution=1, time_limit=10)
+    assert cp.bottleneck == pytest.approx(3.2) and cp.lower_bound == pytest.approx(2.8)
+    assert cp.status == "feasible"
+
+
 def test_cpsat_general_case_beats_contiguous_and_respects_memory():
     # two heavy items first: only a non-contiguous split pairs each with a light one
     work = [5, 5, 1, 1]
