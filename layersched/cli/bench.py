@@ -38,8 +38,10 @@ def add_commands(subparsers: argparse._SubParsersAction) -> dict[str, Callable]:
 def cmd_bench(args, console) -> int:
     from rich.progress import Progress
 
+    from layersched.formats.export import check_output
     from layersched.formats.report import rows_table
 
+    check_output(args.out_dir, folder=True)  # before the runs, not after them
     with Progress(console=console, transient=True, disable=args.quiet) as bar:
         task = bar.add_task("bench", total=None)
 

@@ -44,7 +44,7 @@ def cmd_frontier(args, console) -> int:
 
     from layersched.describe.config import SpecError, load_problem
     from layersched.describe.stages import pipeline_from_spec
-    from layersched.formats.export import write_text
+    from layersched.formats.export import check_output, write_text
     from layersched.formats.plot import plot_frontier
     from layersched.formats.report import rows_to_csv
     from layersched.formats.units import fmt_mem, fmt_time
@@ -55,6 +55,7 @@ def cmd_frontier(args, console) -> int:
         pipe = replace(pipe, num_microbatches=args.microbatches)
     if args.points < 2:
         raise SpecError(f"--points: at least 2, got {args.points}")
+    check_output(args.out_dir, folder=True)  # before the sweep, not after it
     t, m = pipe.time_unit, pipe.memory_unit
     if not args.quiet:
         console.print(

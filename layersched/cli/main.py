@@ -188,12 +188,13 @@ def _is_user_error(exc: Exception) -> bool:
 def cmd_solve(args, console: Console) -> int:
     from layersched.describe.config import SpecError, load_problem
     from layersched.describe.stages import pipeline_from_spec
-    from layersched.formats.export import save_json, schedule_file
+    from layersched.formats.export import check_output, save_json, schedule_file
     from layersched.schedule.solve import solve_pipeline
     from layersched.schedule.templates import TemplateError
     from solvers import Deadlock, InvalidSchedule
 
     spec = load_problem(args.problem)
+    check_output(args.out)  # before the search, not after it
     if args.pipeline is not None:
         if args.pipeline < 1:
             raise SpecError(f"--pipeline: must be at least 1, got {args.pipeline}")

@@ -287,6 +287,47 @@ def write_text(path: str | Path, text: str) -> None:
     write_bytes(path, text.encode())
 
 
+def check_output(path: str | Path, *, folder: bool = False) -> None:
+    """Refuse now, with `write_bytes`'s messages, an output file (or, with ``folder``, an output folder)
+    that could not be written at the end, so that a long command does not lose its work to a bad path.
+    Nothing is created; the folders `write_bytes` would make must be possible to make.
+
+    >>> import tempfile
+    >>> d = Path(tempfile.mkdtemp())
+    >>> check_output(d / "new" / "a.json")  # a folder to be made: fine
+    >>> (d / "f").write_text("x")
+    1
+    >>> check_output(d / "f" / "a.json")
+    Traceback (most recent call last):
+    ...
+    layersched.describe.config.SpecError: ... cannot create its folder: a part of ... is a file
+    """
+    if str(path) == "":
+        raise SpecError("output path is empty; name a " + ("folder" if folder else "file to write"))
+    path = Path(path)
+    if folder:
+        if path.exists() and not path.is_dir():
+            raise SpecError(f"{path}: is {'a file' if path.is_file() else 'not a folder'}; name a folder to write in")
+        where = path
+    else:
+        target = path.resolve() if path.is_symlink() else path
+        if target.exists() and not target.is_file():
+            what = (
+                "a directory; name a file to write"
+                if target.is_dir()
+                else "not a regular file (a device, FIFO or socket); layersched only replaces regular files"
+            )
+            raise SpecError(f"{target}: is {what}")
+        where = target.parent
+    existing = where
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise SpecError(f"{path}: cannot create its folder: a part of {where} is a file")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise SpecError(f"{path}: cannot write in {existing} (permission denied)")
+
+
 def write_bytes(path: str | Path, data: bytes) -> Path:
     """Write ``data`` to ``path`` atomically: a temporary file beside it, renamed into place, so a
     reader never sees half a file and a failed write leaves the old file as it was.

@@ -83,6 +83,35 @@ def test_output_paths(tmp_path, capsys):
     assert not [f for f in tmp_path.rglob(".*.tmp")]
 
 
+@pytest.mark.parametrize("command", ["solve", "bench", "frontier"])
+def test_a_bad_output_path_is_refused_before_the_work(tmp_path, capsys, monkeypatch, command):
+    """The output file or folder was checked only when written: a bad one lost the whole search (a
+    `bench` of `best` runs, a `frontier` sweep) at its end. Now the work does not start."""
+    import layersched.cli.bench
+    import layersched.schedule.frontier
+    import layersched.schedule.solve
+
+    def never(*a, **k):
+        raise AssertionError("the work started")
+
+    monkeypatch.setattr(layersched.schedule.solve, "solve_pipeline", never)
+    monkeypatch.setattr(layersched.cli.bench, "run_bench", never)
+    monkeypatch.setattr(layersched.schedule.frontier, "frontier", never)
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    args = {
+        "solve": ["solve", problem(tmp_path), "--solver", "best", "--out", blocker / "s.json"],
+        "bench": ["bench", "zero-bubble", "--methods", "best", "--out-dir", blocker / "out"],
+        "frontier": ["frontier", problem(tmp_path), "--out-dir", blocker / "out"],
+    }[command]
+    code, err = run(capsys, *args, "--quiet")
+    assert code == 2 and len(err) == 1 and "cannot create its folder: a part of" in err[0] and "is a file" in err[0]
+    assert blocker.read_text() == "x"
+    wrong = tmp_path if command == "solve" else blocker  # a folder for a file, a file for a folder
+    code, err = run(capsys, *args[:-1], wrong, "--quiet")
+    assert code == 2 and len(err) == 1 and ("is a directory" in err[0] or "is a file; name a folder" in err[0])
+
+
 def test_dev_full_is_never_replaced(tmp_path, capsys):
     if not os.path.exists("/dev/full"):
         pytest.skip("no /dev/full on this system")
