@@ -345,18 +345,10 @@ def write_bytes(path: str | Path, data: bytes) -> Path:
     ...
     layersched.describe.config.SpecError: ... is a directory; name a file to write
     """
-    if str(path) == "":
-        raise SpecError("output path is empty; name a file to write")
+    check_output(path)
     path = Path(path)
     if path.is_symlink():
         path = path.resolve()
-    if path.exists() and not path.is_file():
-        what = (
-            "a directory; name a file to write"
-            if path.is_dir()
-            else "not a regular file (a device, FIFO or socket); layersched only replaces regular files"
-        )
-        raise SpecError(f"{path}: is {what}")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
