@@ -66,8 +66,10 @@ def add_commands(subparsers: argparse._SubParsersAction) -> dict[str, Callable]:
 
 def cmd_profile(args, console) -> int:
     from layersched.describe.config import load_problem
+    from layersched.formats.export import check_output
     from layersched.runtime.profiler import problem_from_profile, profile, write_problem
 
+    check_output(args.out)  # before the timing runs, not after them
     prof = profile(
         args.model,
         args.microbatch,

@@ -83,10 +83,11 @@ def test_output_paths(tmp_path, capsys):
     assert not [f for f in tmp_path.rglob(".*.tmp")]
 
 
-@pytest.mark.parametrize("command", ["solve", "bench", "frontier"])
+@pytest.mark.parametrize("command", ["solve", "bench", "frontier", "profile"])
 def test_a_bad_output_path_is_refused_before_the_work(tmp_path, capsys, monkeypatch, command):
     """The output file or folder was checked only when written: a bad one lost the whole search (a
-    `bench` of `best` runs, a `frontier` sweep) at its end. Now the work does not start."""
+    `bench` of `best` runs, a `frontier` sweep, `profile`'s timing runs) at its end. Now the work does
+    not start."""
     import layersched.cli.bench
     import layersched.schedule.frontier
     import layersched.schedule.solve
@@ -97,18 +98,24 @@ def test_a_bad_output_path_is_refused_before_the_work(tmp_path, capsys, monkeypa
     monkeypatch.setattr(layersched.schedule.solve, "solve_pipeline", never)
     monkeypatch.setattr(layersched.cli.bench, "run_bench", never)
     monkeypatch.setattr(layersched.schedule.frontier, "frontier", never)
+    if command == "profile":
+        pytest.importorskip("torch")
+        import layersched.runtime.profiler
+
+        monkeypatch.setattr(layersched.runtime.profiler, "profile", never)
     blocker = tmp_path / "file"
     blocker.write_text("x")
     args = {
         "solve": ["solve", problem(tmp_path), "--solver", "best", "--out", blocker / "s.json"],
         "bench": ["bench", "zero-bubble", "--methods", "best", "--out-dir", blocker / "out"],
         "frontier": ["frontier", problem(tmp_path), "--out-dir", blocker / "out"],
+        "profile": ["profile", "examples/models.py:gpt_small", "--microbatch", "2", "--out", blocker / "p.yaml"],
     }[command]
-    code, err = run(capsys, *args, "--quiet")
+    code, err = run(capsys, *args)
     assert code == 2 and len(err) == 1 and "cannot create its folder: a part of" in err[0] and "is a file" in err[0]
     assert blocker.read_text() == "x"
-    wrong = tmp_path if command == "solve" else blocker  # a folder for a file, a file for a folder
-    code, err = run(capsys, *args[:-1], wrong, "--quiet")
+    wrong = blocker if command in ("bench", "frontier") else tmp_path  # a file for a folder, a folder for a file
+    code, err = run(capsys, *args[:-1], wrong)
     assert code == 2 and len(err) == 1 and ("is a directory" in err[0] or "is a file; name a folder" in err[0])
 
 
