@@ -247,7 +247,7 @@ def _least_overflow(inp: PartitionInput) -> float:
         if mid in (lo, hi) or hi - lo <= 1e-9 * hi:
             break
         lo, hi = (lo, mid) if covers(mid) else (mid, hi)
-    return hi
+    return lo  # no split fits within lo even with empty processors: a lower bound
 
 
 def optimal_contiguous(work: Sequence[float], processors: int, **options) -> Partition:
