@@ -9,7 +9,7 @@ Example
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -250,6 +250,14 @@ def _least_overflow(inp: PartitionInput) -> float:
     return lo  # no split fits within lo even with empty processors: a lower bound
 
 
+def _no_split(processors: int, overflow: str) -> ValueError:
+    """The error for memory that no contiguous split onto ``processors`` fits, by ``overflow``."""
+    return ValueError(
+        f"no contiguous split onto {processors} processors fits in memory: the best one needs {overflow} more "
+        "on its fullest processor; add processors, memory, or a schedule with fewer micro-batches in flight"
+    )
+
+
 def optimal_contiguous(work: Sequence[float], processors: int, **options) -> Partition:
     """Exact contiguous partition: processor ``p`` takes the ``p``-th run of items, minimising the
     bottleneck under memory limits, with transfers at the cuts and per-processor speeds.
@@ -284,11 +292,7 @@ def optimal_contiguous(work: Sequence[float], processors: int, **options) -> Par
     # most `width` items need be tried, and the bound doubles until a solution is found under it.
     overflow = _least_overflow(inp)  # no split fits: said at once, without the table over all splits
     if overflow > 0:
-        raise ValueError(
-            f"no contiguous split onto {P} processors fits in memory: the best one needs at least "
-            f"{overflow:.4g} more on its fullest processor; add processors, memory, or a schedule with fewer "
-            "micro-batches in flight"
-        )
+        raise _no_split(P, f"at least {overflow:.4g}")
     n, pre = inp.n, np.concatenate([[0.0], np.cumsum(inp.work)])
     limit = max(pre[n] / inp.speed.sum(), float(inp.work.max(initial=0.0)) / inp.speed.max(), 1e-300) * 2
     while True:
@@ -300,10 +304,7 @@ def optimal_contiguous(work: Sequence[float], processors: int, **options) -> Par
         limit *= 2
     if not np.isfinite(value):  # only where every split that fits leaves a processor empty
         excess, _ = _dp_table(inp, lambda p, compute, memory, i, j: memory - inp.capacity[p], n)
-        raise ValueError(
-            f"no contiguous split onto {P} processors fits in memory: the best one needs {excess:.4g} more "
-            "on its fullest processor; add processors, memory, or a schedule with fewer micro-batches in flight"
-        )
+        raise _no_split(P, f"{excess:.4g}")
     bounds, j = [n], n
     for p in range(P - 1, 0, -1):
         j = int(back[p][j])
@@ -370,7 +371,7 @@ def cpsat_partition_items(
     )
     if res.assignment is None:
         raise ValueError(f"CP-SAT found no partition onto {P} processors ({res.status}); {n} items")
-    part = inp.evaluate(res.assignment, "cpsat")
+    part = inp.evaluate(res.assignment, "cpsat", runtime=res.runtime)
     bound = min(max(0.0, res.lower_bound * resolution - slack), part.bottleneck)
     status = "optimal" if res.status == "optimal" and bound >= part.bottleneck else "feasible"
-    return inp.evaluate(res.assignment, "cpsat", lower_bound=bound, status=status, runtime=res.runtime)
+    return replace(part, lower_bound=bound, status=status)
