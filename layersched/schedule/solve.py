@@ -585,9 +585,10 @@ def solve_best(
     objective = objective or pipe.objective
     if pipe.capacity is not None and pipe.capacity < pipe.least_memory():
         raise no_schedule(pipe, "best", "infeasible")  # proven: no micro-batch fits, nothing to search
-    check_memory(pipeline_tasks(pipe))
+    num_tasks = pipeline_tasks(pipe)
+    check_memory(num_tasks)
     t0 = time.perf_counter()
-    budget = Budget(time_limit, pipeline_tasks(pipe), start=t0)
+    budget = Budget(time_limit, num_tasks, start=t0)
     tried: dict[str, int | str] = {}
     found: list[Solution] = []
     graphs: dict = {}  # one task graph per backward mode and placement, shared by the candidates
