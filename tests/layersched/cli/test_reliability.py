@@ -223,11 +223,17 @@ def test_no_schedule_is_one_line_with_the_least_memory(tmp_path, capsys, solver)
     assert "raise memory_limit to at least 4" in err[0]
 
 
+def model_level_doc() -> dict:
+    """The bundled GPT-3 1.3B problem, its cluster file named by an absolute path (to be written elsewhere)."""
+    doc = yaml.safe_load((PROBLEMS / "gpt3-1.3b-a100.yaml").read_text())
+    doc["cluster"] = str(PROBLEMS / doc["cluster"])
+    return doc
+
+
 def test_a_model_level_limit_below_one_micro_batch_is_one_line(tmp_path, capsys):
     """A model's memory in bytes times its times made the memory-time bound of a limit far below one
     micro-batch pass CP-SAT's domains, and `best` stopped with a traceback ("invalid model")."""
-    doc = yaml.safe_load((PROBLEMS / "gpt3-1.3b-a100.yaml").read_text())
-    doc["cluster"] = str(PROBLEMS / doc["cluster"])
+    doc = model_level_doc()
     doc["training"]["memory_limit"] = 1
     code, err = run(capsys, "solve", problem(tmp_path, doc), "--solver", "best", "--time-limit", "5", "--quiet")
     assert code == 2 and len(err) == 1
@@ -237,8 +243,7 @@ def test_a_model_level_limit_below_one_micro_batch_is_one_line(tmp_path, capsys)
 def test_an_architecture_too_large_for_the_cost_model_is_one_line(tmp_path, capsys):
     """A sequence of 10**9 tokens gives a layer 8e19 bytes of activations, past what a layer may hold:
     pydantic's report of the cost model's own layer came out over four lines."""
-    doc = yaml.safe_load((PROBLEMS / "gpt3-1.3b-a100.yaml").read_text())
-    doc["cluster"] = str(PROBLEMS / doc["cluster"])
+    doc = model_level_doc()
     doc["model"]["architecture"]["seq_len"] = 10**9
     code, err = run(capsys, "solve", problem(tmp_path, doc), "--quiet")
     assert code == 2 and len(err) == 1
