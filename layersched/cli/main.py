@@ -94,11 +94,18 @@ def _parser() -> argparse.ArgumentParser:
     sh.add_argument("--plot", metavar="FILE", help="also draw a Gantt chart with memory over time (.svg or .png)")
     sh.add_argument("--width", type=positive_int, default=100, help="characters per rank row in the grid (default 100)")
 
-    v = sub.add_parser("validate", help="check a schedule file independently; exit 0 when valid, 2 otherwise")
-    v.add_argument("schedule")
+    v = sub.add_parser(
+        "validate",
+        help="check a schedule file independently; exit 0 when valid, 2 otherwise",
+        description="Rebuild the task graph from the file's pipeline record (its stored edges are not trusted) and "
+        "check every task: precedence with transfer delays, one pass at a time per rank, memory within each "
+        "rank's capacity; then that the stored metrics match the tasks. Exit 0 when valid; else exit 2 with the "
+        "first broken rule, the task it names and how many more there are.",
+    )
+    v.add_argument("schedule", help="schedule file written by 'layersched solve'")
 
     e = sub.add_parser("export", help="convert a schedule file to another format")
-    e.add_argument("schedule")
+    e.add_argument("schedule", help="schedule file written by 'layersched solve'")
     e.add_argument(
         "--format",
         choices=["torch-csv", "json", "torchtitan"],

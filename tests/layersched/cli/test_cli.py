@@ -253,3 +253,30 @@ def test_progress_lines_count_from_the_start_of_the_solve(tmp_path, capsys, monk
     assert main(["solve", str(DATA / "zb-1.5b.yaml"), "--solver", "best", "--time-limit", "5", "--out", str(out)]) == 0
     seconds = [float(s) for s in re.findall(r"^\s+([\d.]+) s  incumbent", capsys.readouterr().out, re.M)]
     assert len(seconds) == 2 and seconds[1] >= seconds[0] + 0.15 and seconds[0] < 5.0
+
+
+def _arguments(parser, path=("layersched",)):
+    """Every (command path, argument) of ``parser`` and its subcommands, --help left out."""
+    import argparse
+
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {choice.dest: choice.help for choice in action._choices_actions}
+            for name, sub in action.choices.items():
+                yield path + (name,), f"the {name} command itself", helps.get(name)
+                yield from _arguments(sub, path + (name,))
+        elif not isinstance(action, argparse._HelpAction):
+            yield path, "/".join(action.option_strings) or action.dest, action.help
+
+
+def test_every_command_and_argument_explains_itself():
+    """`layersched COMMAND --help` (and the runner's) shows a line for every command and argument."""
+    from layersched.cli.asyncrun import _parser as asyncrun_parser
+    from layersched.cli.main import _parser
+    from layersched.cli.run import parser as run_parser
+
+    silent = []
+    parsers = ((_parser(), ("layersched",)), (run_parser(), ("layersched.run",)), (asyncrun_parser(), ("asyncrun",)))
+    for parser, path in parsers:
+        silent += [f"{' '.join(p)}: {arg}" for p, arg, text in _arguments(parser, path) if not (text or "").strip()]
+    assert not silent, "no help text: " + "; ".join(silent)
