@@ -7,7 +7,7 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
-from layersched.cli.options import add_quiet, add_time_limit, positive_int
+from layersched.cli.options import add_quiet, add_time_limit, positive_int, two_or_more
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> dict[str, Callable]:
@@ -22,7 +22,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> dict[str, Callable]:
     f.add_argument("problem", help="problem file (YAML or JSON), e.g. problems/zb-1.5b.yaml")
     f.add_argument(
         "--points",
-        type=positive_int,
+        type=two_or_more,
         default=8,
         metavar="N",
         help="evenly spaced memory limits to try, from the least that fits to the best template's peak; "
@@ -42,7 +42,7 @@ def cmd_frontier(args, console) -> int:
 
     from rich.table import Table
 
-    from layersched.describe.config import SpecError, load_problem
+    from layersched.describe.config import load_problem
     from layersched.describe.stages import pipeline_from_spec
     from layersched.formats.export import check_output, write_text
     from layersched.formats.plot import plot_frontier
@@ -53,14 +53,13 @@ def cmd_frontier(args, console) -> int:
     pipe = pipeline_from_spec(load_problem(args.problem), args.problem)
     if args.microbatches:
         pipe = replace(pipe, num_microbatches=args.microbatches)
-    if args.points < 2:
-        raise SpecError(f"--points: at least 2, got {args.points}")
     check_output(args.out_dir, folder=True)  # before the sweep, not after it
     t, m = pipe.time_unit, pipe.memory_unit
     if not args.quiet:
         console.print(
             f"{pipe.name}: sweeping {args.points} memory limits and the templates' own peaks, "
-            f"best for at most {args.time_limit:g} s each"
+            f"best for at most {args.time_limit:g} s each ({_seconds(args.points * args.time_limit)} for the "
+            f"{args.points} limits)"
         )
 
     def progress(p) -> None:
@@ -97,3 +96,11 @@ def cmd_frontier(args, console) -> int:
     png = plot_frontier(front, out / f"{pipe.name}-frontier.png")
     console.print(f"wrote {csv_path}, {png}")
     return 0
+
+
+def _seconds(s: float) -> str:
+    """A span of seconds in the largest unit that keeps it readable: 80 s, 13 min, 4.2 h, 11.6 days."""
+    for unit, size in (("days", 86400), ("h", 3600), ("min", 60)):
+        if s >= 2 * size:
+            return f"{s / size:.{0 if unit == 'min' else 1}f} {unit}"
+    return f"{s:g} s"

@@ -24,12 +24,22 @@ import math
 
 def positive_int(text: str) -> int:
     """An integer of at least 1."""
+    return whole_number(text, least=1)
+
+
+def two_or_more(text: str) -> int:
+    """An integer of at least 2 (say, the points of a sweep)."""
+    return whole_number(text, least=2)
+
+
+def whole_number(text: str, *, least: int) -> int:
+    """``text`` as an integer of at least ``least``, or argparse's error naming both."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
+    if value < least:
+        raise argparse.ArgumentTypeError(f"must be at least {least}, got {text}")
     return value
 
 

@@ -47,6 +47,8 @@ def problem(tmp_path, data=SMALL, name="p.yaml"):
         (["partition", "problems/bert-large-v100.yaml", "-P", "0"], "--processors/-P: must be at least 1, got 0"),
         (["show", "{p}", "--width", "0"], "--width: must be at least 1, got 0"),
         (["bench", "zero-bubble", "--time-limit", "inf"], "--time-limit: must be a finite number above 0, got inf"),
+        (["frontier", "{p}", "--points", "1"], "--points: must be at least 2, got 1"),
+        (["frontier", "{p}", "--points", "0"], "--points: must be at least 2, got 0"),
     ],
 )
 def test_bad_option_values_are_refused_when_parsed(tmp_path, capsys, args, needle):

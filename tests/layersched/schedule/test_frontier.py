@@ -64,3 +64,21 @@ def test_frontier_command_writes_table_csv_and_plot(tmp_path, capsys):
     assert len(best) >= 2 and all(int(r["peak_memory"]) <= int(r["limit"]) for r in best)
     assert (out / "zb-1.5b-frontier.png").read_bytes()[:4] == b"\x89PNG"
     assert main(["frontier", str(DATA / "zb-1.5b.yaml"), "--points", "0"]) == 2
+
+
+def test_frontier_says_up_front_how_long_the_sweep_may_take(tmp_path, capsys, monkeypatch):
+    """100,000 points of 10 s each would run for 11.6 days: the first line says so before any work."""
+    import layersched.schedule.frontier
+    from layersched.describe.config import SpecError
+
+    def stop(*args, **kwargs):
+        raise SpecError("stopped before the sweep")
+
+    monkeypatch.setattr(layersched.schedule.frontier, "frontier", stop)
+    args = ["frontier", str(DATA / "zb-1.5b.yaml"), "--out-dir", str(tmp_path)]
+    assert main([*args, "--points", "100000"]) == 2
+    assert "at most 10 s each (11.6 days for the 100000 limits)" in capsys.readouterr().out
+    assert main([*args, "--points", "8", "--time-limit", "10"]) == 2
+    assert "(80 s for the 8 limits)" in capsys.readouterr().out
+    assert main([*args, "--points", "8", "--time-limit", "100"]) == 2
+    assert "(13 min for the 8 limits)" in capsys.readouterr().out
