@@ -23,8 +23,19 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
-from layersched.describe.config import SpecError, read_data
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveInt,
+    ValidationError,
+    model_validator,
+)
+
+from layersched.describe.config import SpecError, format_validation_error, read_data
 from layersched.formats.export import write_text
 from layersched.schedule.graph import parse_action
 
@@ -124,8 +135,68 @@ def write_trace(path: str | Path, trace: dict, schedule=None) -> tuple[Path, Pat
     return Path(path), chrome
 
 
+class _Record(BaseModel):
+    """A part of a trace file: finite numbers; keys this release does not know are kept."""
+
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
+
+
+class TraceEvent(_Record):
+    """One action a rank ran (or waited in, ``wait``), in seconds from the start of its step."""
+
+    action: str
+    step: NonNegativeInt
+    start: float
+    duration: NonNegativeFloat
+    wait: bool = False
+
+
+class TraceTransfer(_Record):
+    """One end of a message between ranks (`layersched.runtime.runner.Timer.transfer`)."""
+
+    step: NonNegativeInt
+    tag: int
+    side: Literal["send", "recv"]
+    bytes: NonNegativeInt
+    wait: NonNegativeFloat = 0.0
+    time: float
+    clock: float
+
+
+class TraceRank(_Record):
+    """What one process measured: each step's start and length, its events and its messages."""
+
+    rank: NonNegativeInt
+    pipeline_rank: NonNegativeInt
+    replica: NonNegativeInt
+    step_starts: list[float]
+    step_times: list[NonNegativeFloat]
+    events: list[TraceEvent]
+    transfers: list[TraceTransfer] = []
+    losses: list[float] | None = None
+
+    @model_validator(mode="after")
+    def _steps_known(self) -> TraceRank:
+        late = next((e for e in self.events if e.step >= len(self.step_starts)), None)
+        if late is not None:
+            raise ValueError(
+                f"event {late.action!r} is in step {late.step}, but the rank has {len(self.step_starts)} step starts"
+            )
+        return self
+
+
+class TraceFile(_Record):
+    """Our trace file, as `trace_document` writes it."""
+
+    format: Literal["layersched-trace"]
+    version: Literal[1]
+    data_parallel: PositiveInt = 1
+    ranks: list[TraceRank]
+
+
 def load_trace(path: str | Path) -> dict:
-    """Read our trace JSON; `SpecError` naming the file on any problem."""
+    """Read our trace JSON, every field checked (`TraceFile`); `SpecError` naming the file, the
+    field and the fix on any problem."""
     path = Path(path)
     data = read_data(path, fmt="json")
     if "traceEvents" in data:
@@ -135,7 +206,10 @@ def load_trace(path: str | Path) -> dict:
         )
     if not isinstance(data, dict) or data.get("format") != TRACE_FORMAT or "ranks" not in data:
         raise SpecError(f"{path}: not a layersched trace (written by 'layersched.run --trace FILE')")
-    return data
+    try:
+        return TraceFile.model_validate(data).model_dump()
+    except ValidationError as exc:
+        raise SpecError(format_validation_error(path, exc)) from None
 
 
 def flight_times(trace: dict, steps: list[int] | None = None, min_wait: float = 5e-5) -> list[tuple[int, float]]:

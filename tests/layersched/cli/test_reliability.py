@@ -281,9 +281,19 @@ def _mutate(data, draw_path, value, how):
     data = json.loads(json.dumps(data))
     node = data
     for key in draw_path[:-1]:
+        if isinstance(node, list) and isinstance(key, int) and key < len(node):
+            node = node[key]
+            continue
         if not isinstance(node, dict) or key not in node:
             break
         node = node[key]
+    if isinstance(node, list) and node and isinstance(draw_path[-1], int):  # an item of a list
+        k = draw_path[-1] % len(node)
+        if how == "delete":
+            del node[k]
+        else:
+            node[k] = value
+        return data
     if not isinstance(node, dict):
         return data
     key = draw_path[-1] if draw_path[-1] in node else next(iter(node), "name")
@@ -356,6 +366,70 @@ def test_fuzz_schedule_files_for_show_validate_export(tmp_path, capsys, key, val
         code = main(command)
         err = capsys.readouterr().err
         assert code in (0, 2) and "Traceback" not in err, (command, err)
+
+
+TRACE_KEYS = [
+    ["format"], ["version"], ["data_parallel"], ["ranks"], ["ranks", 0], ["ranks", 1, "rank"],
+    ["ranks", 0, "replica"], ["ranks", 0, "step_starts"], ["ranks", 1, "step_starts", 1], ["ranks", 0, "step_times"],
+    ["ranks", 0, "events"], ["ranks", 0, "events", 3], ["ranks", 1, "events", 0, "action"],
+    ["ranks", 0, "events", 2, "step"], ["ranks", 1, "events", 5, "start"], ["ranks", 0, "events", 1, "duration"],
+    ["ranks", 0, "events", 0, "wait"], ["ranks", 0, "transfers"], ["ranks", 0, "transfers", 0],
+    ["ranks", 1, "transfers", 0, "side"], ["ranks", 1, "transfers", 0, "clock"], ["ranks", 0, "transfers", 0, "bytes"],
+    ["ranks", 1, "transfers", 0, "tag"], ["ranks", 1, "transfers", 0, "step"], ["ranks", 1, "losses"],
+]  # fmt: skip
+
+
+def _trace(schedule: dict, steps: int = 2) -> dict:
+    """A trace as `layersched.run --trace` writes it, for ``schedule``'s actions: each pass measured at
+    its planned time in ms, and one message from rank 0 to rank 1 per step that rank 1 waited for."""
+    ranks = []
+    for r, actions in enumerate(schedule["actions"]):
+        events, transfers = [], []
+        for step in range(steps):
+            events += [{"action": a, "step": step, "start": 1e-3 * k, "duration": 1e-3} for k, a in enumerate(actions)]
+            side = {"side": "send", "wait": 0.0} if r == 0 else {"side": "recv", "wait": 2e-3}
+            transfers.append(
+                {"step": step, "tag": 0, "bytes": 64, "time": 0.01, "clock": step + 0.01 * (r + 1), **side}
+            )
+        ranks.append({
+            "rank": r, "pipeline_rank": r, "replica": 0, "step_starts": [0.1 * k for k in range(steps)],
+            "step_times": [0.05] * steps, "events": events, "transfers": transfers, "losses": None,
+        })  # fmt: skip
+    return {"format": "layersched-trace", "version": 1, "schedule": schedule["name"], "method": schedule["method"],
+            "runtime": "layersched", "num_ranks": len(ranks), "data_parallel": 1, "world_size": len(ranks),
+            "time_unit": "s", "ranks": ranks}  # fmt: skip
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(path=st.sampled_from(TRACE_KEYS), value=VALUES, how=st.sampled_from(["replace", "delete", "add"]))
+def test_fuzz_trace_files_for_compare(tmp_path, capsys, path, value, how):
+    """A trace file edited by hand or cut short: `compare` answers with one line naming the field, never a
+    traceback (it raised KeyError, TypeError or IndexError from deep inside before its fields were checked)."""
+    s = tmp_path / "s.json"
+    if not s.exists():
+        assert main(["solve", str(problem(tmp_path)), "--schedule", "1f1b", "--quiet", "--out", str(s)]) == 0
+        assert main(["compare", str(s), str(_write(tmp_path / "good.json", _trace(json.loads(s.read_text()))))]) == 0
+        capsys.readouterr()
+    bad = _write(tmp_path / "trace.json", _mutate(_trace(json.loads(s.read_text())), path, value, how))
+    code = main(["compare", str(s), str(bad)])
+    err = capsys.readouterr().err
+    assert code in (0, 2) and "Traceback" not in err, (path, value, how, err)
+    if code == 2:
+        assert len(err.strip().splitlines()) == 1 and err.startswith(f"layersched compare: error: {bad}: ")
+
+
+def test_a_trace_event_in_a_step_the_rank_never_started_is_named(tmp_path, capsys):
+    s = tmp_path / "s.json"
+    assert main(["solve", str(problem(tmp_path)), "--schedule", "1f1b", "--quiet", "--out", str(s)]) == 0
+    trace = _trace(json.loads(s.read_text()))
+    trace["ranks"][1]["events"][0]["step"] = 7
+    code, err = run(capsys, "compare", s, _write(tmp_path / "t.json", trace))
+    assert code == 2 and "ranks.1: event '1F0' is in step 7, but the rank has 2 step starts" in err[0]
+
+
+def _write(path, data) -> str:
+    path.write_text(json.dumps(data))
+    return str(path)
 
 
 # -- missing optional parts --------------------------------------------------------------------------------
