@@ -18,7 +18,9 @@ Example
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -328,6 +330,13 @@ MAX_VALUES = 1_000_000
 """The most values (mappings, lists and scalars, aliases expanded) a YAML file may describe; JSON has no
 aliases, so its size is its file's."""
 
+MAX_FILE_BYTES = 2**30
+"""The largest file `read_data` reads (1 GiB). The largest schedule file the tool writes, ZB-V at
+p=32, m=256 (49,152 tasks), is about 10 MB; a trace grows with the steps it records. A device or a pipe
+that never ends (``/dev/zero``) is read up to this and refused: before, it filled the memory."""
+
+_CHUNK = 2**24
+
 
 class _Loader(yaml.SafeLoader):
     """YAML's safe loader that refuses a key given twice in one mapping (the last would win silently)."""
@@ -362,9 +371,14 @@ def read_data(path: str | Path, fmt: str | None = None) -> dict:
     to more than `MAX_VALUES` values, or a top level that is not a mapping."""
     path = Path(path)
     try:
-        raw = path.read_bytes()
+        raw = _read_capped(path)
     except OSError as exc:
         raise SpecError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if raw is None:
+        raise SpecError(
+            f"{path}: more than {MAX_FILE_BYTES:,} bytes, larger than any problem, schedule or trace file this "
+            "tool reads; check the path"
+        )
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -394,6 +408,22 @@ def read_data(path: str | Path, fmt: str | None = None) -> dict:
     if not isinstance(data, dict):
         raise SpecError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
     return data
+
+
+def _read_capped(path: Path) -> bytes | None:
+    """The bytes of ``path``, or None when there are more than `MAX_FILE_BYTES`: a regular file by its
+    size, anything else (a pipe, a device) by reading in chunks until it ends or passes the cap."""
+    with path.open("rb") as f:
+        st = os.fstat(f.fileno())
+        if stat.S_ISREG(st.st_mode) and st.st_size > MAX_FILE_BYTES:
+            return None
+        chunks, size = [], 0
+        while chunk := f.read(_CHUNK):
+            size += len(chunk)
+            if size > MAX_FILE_BYTES:
+                return None
+            chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _unique_keys(pairs: list[tuple]) -> dict:

@@ -179,6 +179,30 @@ def test_bad_input_files(tmp_path, capsys, name, content, needle):
     assert not (tmp_path / "s.json").exists()
 
 
+def test_a_file_too_large_or_without_end_is_refused_without_filling_memory(tmp_path, capsys, monkeypatch):
+    """`layersched solve /dev/zero` read until the machine's memory was gone (14 GB in 20 s). Now a
+    regular file is judged by its size and anything else is read up to the cap; a pipe under it works."""
+    import threading
+
+    from layersched.describe import config
+
+    monkeypatch.setattr(config, "MAX_FILE_BYTES", 4096)
+    big = tmp_path / "big.yaml"
+    big.write_text(yaml.safe_dump(SMALL) + "#" * 5000 + "\n")
+    for path in (big, "/dev/zero"):
+        code, err = run(capsys, "solve", path, "--out", tmp_path / "s.json")
+        assert code == 2 and err == [
+            f"layersched solve: error: {path}: more than 4,096 bytes, larger than any problem, schedule or trace "
+            "file this tool reads; check the path"
+        ]
+    fifo = tmp_path / "pipe.yaml"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_text(yaml.safe_dump(SMALL)))
+    writer.start()
+    assert run(capsys, "solve", fifo, "--quiet", "--out", tmp_path / "s.json")[0] == 0
+    writer.join()
+
+
 def test_yaml_aliases_cannot_expand_without_bound(tmp_path, capsys):
     text = "a: &a [x, x, x, x, x, x, x, x, x, x]\n"
     for i in range(1, 9):  # 10^9 values from a few hundred bytes
