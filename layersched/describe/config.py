@@ -37,15 +37,15 @@ def _not_bool(value):
 
 
 NoBool = BeforeValidator(_not_bool)
-NonNeg = Annotated[float, NoBool, Field(ge=0)]
+NonNeg = Annotated[float, Field(ge=0), NoBool]
 MAX_INT = 10**15
 """The largest whole number a file may hold (times in the file's unit, bytes, counts): with a million
 tasks their sum still fits a 64-bit integer, and so CP-SAT's domains, with room to spare."""
-NonNegInt = Annotated[int, NoBool, Field(ge=0, le=MAX_INT)]
-PosInt = Annotated[int, NoBool, Field(ge=1, le=MAX_INT)]
-Stages = Annotated[int, NoBool, Field(ge=1, le=4096)]
+NonNegInt = Annotated[int, Field(ge=0, le=MAX_INT), NoBool]
+PosInt = Annotated[int, Field(ge=1, le=MAX_INT), NoBool]
+Stages = Annotated[int, Field(ge=1, le=4096), NoBool]
 """Pipeline stages, ranks and replicas: 1 to 4096."""
-Microbatches = Annotated[int, NoBool, Field(ge=1, le=1_000_000)]
+Microbatches = Annotated[int, Field(ge=1, le=1_000_000), NoBool]
 """Micro-batches per iteration: 1 to a million."""
 Placement = Literal["loop", "v"] | list[NonNegInt]
 """Which rank holds each stage: ``loop`` (stage s on rank s mod R), ``v`` (down then back up, as in
@@ -437,7 +437,7 @@ def _unique_keys(pairs: list[tuple]) -> dict:
     return dict(pairs)
 
 
-_UNION_TAG = re.compile(r"^(function-after|constrained-|list\[|literal\[|dict\[|int$|float$|str$|bool$)")
+_UNION_TAG = re.compile(r"^(function-after|function-before|constrained-|list\[|literal\[|dict\[|int$|float$|str$|bool$)")
 
 
 def format_validation_error(path: str | Path, exc: ValidationError) -> str:

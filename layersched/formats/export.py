@@ -32,7 +32,17 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import BaseModel, Field, ValidationError
 
-from layersched.describe.config import MAX_INT, SpecError, Strict, format_validation_error, read_data
+from layersched.describe.config import (
+    MAX_INT,
+    Microbatches,
+    NoBool,
+    NonNegInt,
+    SpecError,
+    Stages,
+    Strict,
+    format_validation_error,
+    read_data,
+)
 from layersched.schedule.graph import parse_action
 from solvers import UNLIMITED, Problem, Schedule
 
@@ -43,33 +53,29 @@ SCHEMA_PATH = Path(__file__).parent / "schema" / "schedule.schema.json"
 class ProcessorRecord(Strict):
     name: str
     kind: Literal["compute", "network"]
-    rank: Annotated[int, Field(ge=0, le=MAX_INT)]
-    capacity: Annotated[int, Field(ge=0, le=MAX_INT)] | None = Field(
-        None, description="memory capacity; null for unlimited"
-    )
+    rank: NonNegInt
+    capacity: NonNegInt | None = Field(None, description="memory capacity; null for unlimited")
 
 
 class TaskRecord(Strict):
     name: str = Field(description="action name, e.g. 0F3, 1I3, 1W3, 2B3, 0R (all-reduce), 0U (update)")
-    processor: Annotated[int, Field(ge=0, le=MAX_INT)]
-    start: Annotated[int, Field(ge=0, le=MAX_INT)]
-    duration: Annotated[int, Field(ge=0, le=MAX_INT)]
-    memory: Annotated[int, Field(ge=-MAX_INT, le=MAX_INT)] = Field(
+    processor: NonNegInt
+    start: NonNegInt
+    duration: NonNegInt
+    memory: Annotated[int, Field(ge=-MAX_INT, le=MAX_INT), NoBool] = Field(
         0, description="allocated at start when positive, released at end when negative"
     )
-    allowed: list[Annotated[int, Field(ge=0, le=MAX_INT)]] | None = Field(
-        None, description="processors the task may run on; null: only its own"
-    )
-    group: Annotated[int, Field(ge=-1, le=MAX_INT)] = -1
+    allowed: list[NonNegInt] | None = Field(None, description="processors the task may run on; null: only its own")
+    group: Annotated[int, Field(ge=-1, le=MAX_INT), NoBool] = -1
 
 
 class PipelineRecord(Strict):
-    num_stages: int
-    num_ranks: int
-    num_microbatches: int
-    data_parallel: int = 1
+    num_stages: Stages
+    num_ranks: Stages
+    num_microbatches: Microbatches
+    data_parallel: Stages = 1
     split_backward: bool
-    stage_to_rank: list[int]
+    stage_to_rank: list[NonNegInt]
     stage_layers: list[list[str]] | None = Field(None, description="names of the model layers of each stage")
 
 
@@ -86,9 +92,7 @@ class ScheduleFile(Strict):
     pipeline: PipelineRecord
     processors: list[ProcessorRecord]
     tasks: list[TaskRecord]
-    edges: list[tuple[str, str, Annotated[int, Field(ge=0, le=MAX_INT)]]] = Field(
-        description="(before, after, transfer delay)"
-    )
+    edges: list[tuple[str, str, NonNegInt]] = Field(description="(before, after, transfer delay)")
     actions: list[list[str]] = Field(description="per rank, its compute actions in execution order")
     metrics: dict
 

@@ -630,6 +630,24 @@ def test_schedule_file_numbers_out_of_range_are_one_line(tmp_path, capsys, where
     assert code == 2 and len(err) == 1 and "Input should be less than or equal to 1000000000000000" in err[0]
 
 
+@pytest.mark.parametrize(
+    "change, needle",
+    [
+        (lambda d: d["processors"][0].update(capacity=False), "processors.0.capacity: expected a number, got false"),
+        (lambda d: d["tasks"][2].update(start=True), "tasks.2.start: expected a number, got true"),
+        (lambda d: d["pipeline"].update(num_ranks=0), "pipeline.num_ranks: Input should be greater than or equal to 1"),
+        (lambda d: d["pipeline"].update(num_microbatches=-3), "pipeline.num_microbatches: Input should be greater"),
+        (lambda d: d["pipeline"]["stage_to_rank"].__setitem__(0, -1), "pipeline.stage_to_rank.0: Input should be"),
+    ],
+)
+def test_schedule_file_numbers_are_numbers_in_range(tmp_path, capsys, change, needle):
+    """A schedule file's numbers follow the problem file's rules: ``capacity: false`` was read as a
+    capacity of 0 and ``num_ranks: 0`` reached the graph rebuilding."""
+    code, _ = _edit(tmp_path, change)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and needle in err[0], err
+
+
 # -- time limits hold on any size ---------------------------------------------------------------------------
 
 
