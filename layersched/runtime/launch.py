@@ -63,19 +63,38 @@ class RunFailed(RuntimeError):
     """A rank failed or the run timed out; the message names the rank and the cause."""
 
 
+RANK_BYTES = 150 * 2**20
+"""Host memory a local rank takes before its model's: torch, the process group and the runner (143 MB
+of its own per rank measured, examples' mlp on CPU, torch 2.13; the rest is shared with the others)."""
+
+
 def check_device(device: str | None, processes: int = 1) -> None:
-    """`ValueError` with one line, before any process starts, when ``device`` cannot serve
-    ``processes`` ranks here: CUDA asked for on a build or machine without it, or fewer GPUs than
-    ranks (NCCL gives each rank a GPU of its own)."""
+    """`SpecError` (a `ValueError`: the command asks what this machine cannot give) with one line,
+    before any process starts, when ``device`` cannot serve ``processes`` ranks here: more ranks than
+    the memory available holds (`RANK_BYTES` each; a schedule file asking for 1,000 replicas started
+    2,000 processes and the machine stalled), CUDA asked for on a build or machine without it, or
+    fewer GPUs than ranks (NCCL gives each rank a GPU of its own)."""
+    from layersched.describe.config import SpecError
+
     if device not in (None, "cpu", "cuda"):
-        raise ValueError(f"--device {device!r}: use 'cpu' or 'cuda'")
+        raise SpecError(f"--device {device!r}: use 'cpu' or 'cuda'")
+    from layersched.formats.units import fmt_mem
+    from layersched.schedule.budget import available_memory
+
+    have = available_memory()
+    if have is not None and processes * RANK_BYTES > have:
+        raise SpecError(
+            f"{processes:,} ranks need about {fmt_mem(processes * RANK_BYTES)} of memory before their model's "
+            f"({fmt_mem(RANK_BYTES)} each), more than the {fmt_mem(have)} this machine has available; use fewer "
+            "ranks here, or torchrun across machines"
+        )
     if device != "cuda":
         return
     if not torch.cuda.is_available():
         why = "this torch build has no CUDA" if torch.version.cuda is None else "no CUDA device is visible"
-        raise ValueError(f"--device cuda: {why} (torch {torch.__version__}); use --device cpu")
+        raise SpecError(f"--device cuda: {why} (torch {torch.__version__}); use --device cpu")
     if torch.cuda.device_count() < processes:
-        raise ValueError(
+        raise SpecError(
             f"--device cuda: {processes} ranks need {processes} GPUs (one each for NCCL), this machine has "
             f"{torch.cuda.device_count()}; use fewer ranks or --device cpu"
         )

@@ -358,3 +358,42 @@ def test_torchrun_and_bad_input(tmp_path):
         f"layersched.run: error: model '{ROOT / 'examples' / 'models.py'}:missing': "
         f"{ROOT / 'examples' / 'models.py'} has no function 'missing'"
     ]
+
+
+def _run_main(tmp_path, capsys, doc, *extra) -> tuple[int, list[str]]:
+    """`python -m layersched.run` in this process: its exit status and the lines it printed to stderr."""
+    from layersched.cli.run import main as run_main
+
+    save_json(doc, tmp_path / "schedule.json")
+    code = run_main([str(tmp_path / "schedule.json"), "--model", MLP, "--steps", "1", "--no-trace", *extra])
+    return code, capsys.readouterr().err.strip().splitlines()
+
+
+def test_more_ranks_than_the_memory_holds_are_refused_before_any_process_starts(tmp_path, capsys, monkeypatch):
+    """A schedule file edited to 1,000 replicas made the runner start 2,000 processes, and the machine
+    stalled. Now the ranks' memory (`RANK_BYTES` each) is weighed against what is available first."""
+    import layersched.schedule.budget as budget
+
+    def never(*args, **kwargs):
+        raise AssertionError("a process was started")
+
+    monkeypatch.setattr(budget, "available_memory", lambda: 2**30)
+    monkeypatch.setattr(launch_module, "run_processes", never)
+    doc = schedule_file(solve_pipeline(stage_pipe(2, 4), schedule="1f1b"))
+    doc = doc.model_copy(update={"pipeline": doc.pipeline.model_copy(update={"data_parallel": 4})})
+    code, err = _run_main(tmp_path, capsys, doc)
+    assert code == 2 and len(err) == 1, err
+    assert err[0] == (
+        "layersched.run: error: 8 ranks need about 1.17 GiB of memory before their model's (150.00 MiB each), more "
+        "than the 1.00 GiB this machine has available; use fewer ranks here, or torchrun across machines"
+    )
+
+
+def test_cuda_asked_of_the_runner_where_there_is_none_is_one_line(tmp_path, capsys):
+    """It was a ValueError traceback from the runner (`profile` already said it in one line)."""
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    code, err = _run_main(tmp_path, capsys, schedule_file(solve_pipeline(stage_pipe(2, 4), schedule="1f1b")),
+                          "--device", "cuda")  # fmt: skip
+    assert code == 2 and len(err) == 1 and err[0].startswith("layersched.run: error: --device cuda: ")
+    assert err[0].endswith("use --device cpu")
