@@ -437,7 +437,9 @@ def _unique_keys(pairs: list[tuple]) -> dict:
     return dict(pairs)
 
 
-_UNION_TAG = re.compile(r"^(function-after|function-before|constrained-|list\[|literal\[|dict\[|int$|float$|str$|bool$)")
+_UNION_TAG = re.compile(
+    r"^(function-after|function-before|constrained-|list\[|literal\[|dict\[|int$|float$|str$|bool$)"
+)
 
 
 def format_validation_error(path: str | Path, exc: ValidationError) -> str:

@@ -289,6 +289,7 @@ def run_under_torchrun(
     torch.set_num_threads(threads)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     prep = prepare(cfg, world)
+    check_device(device, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))  # this machine's ranks
     dev, backend = pick_device(device, int(os.environ.get("LOCAL_RANK", "0")))
     init_group(rank, world, dev, backend, timeout)
     try:

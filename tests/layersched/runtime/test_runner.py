@@ -389,10 +389,15 @@ def test_more_ranks_than_the_memory_holds_are_refused_before_any_process_starts(
     )
 
 
-def test_cuda_asked_of_the_runner_where_there_is_none_is_one_line(tmp_path, capsys):
-    """It was a ValueError traceback from the runner (`profile` already said it in one line)."""
+@pytest.mark.parametrize("under_torchrun", [False, True])
+def test_cuda_asked_of_the_runner_where_there_is_none_is_one_line(tmp_path, capsys, monkeypatch, under_torchrun):
+    """It was a ValueError traceback from the runner started alone, and torch's own error from
+    `torch.cuda.set_device` in every rank under torchrun (`profile` already said it in one line)."""
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
+    if under_torchrun:  # rank 0 of two on this machine, as torchrun sets it; fails before joining a group
+        for key, value in {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2"}.items():
+            monkeypatch.setenv(key, value)
     code, err = _run_main(tmp_path, capsys, schedule_file(solve_pipeline(stage_pipe(2, 4), schedule="1f1b")),
                           "--device", "cuda")  # fmt: skip
     assert code == 2 and len(err) == 1 and err[0].startswith("layersched.run: error: --device cuda: ")
