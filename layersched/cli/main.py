@@ -458,9 +458,12 @@ def cmd_list(args, console: Console) -> int:
     table = Table(title="pipeline templates (--schedule)")
     table.add_column("name")
     table.add_column("backward")
+    table.add_column("stages per rank")
     table.add_column("description")
     for name, t in sorted(TEMPLATES.items()):
-        table.add_row(name, "split I/W" if t.split_backward else "fused", t.description)
+        lo, hi = t.min_stages_per_rank, t.max_stages_per_rank
+        per_rank = str(lo) if lo == hi else f"{lo} or more" if hi is None else f"{lo} to {hi}"
+        table.add_row(name, "split I/W" if t.split_backward else "fused", per_rank, t.description)
     console.print(table)
     console.print("generic solvers (--solver): " + ", ".join(n for n in solver_names() if n != "best"))
     console.print(

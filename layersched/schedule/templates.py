@@ -74,7 +74,7 @@ def template(
     """Register a template builder ``f(pipe) -> per-rank action lists`` under ``name``."""
 
     def deco(fn: Callable[[Pipeline], list[list[str]]]):
-        doc = (fn.__doc__ or "").strip().splitlines()[0]
+        doc = " ".join((fn.__doc__ or "").strip().split("\n\n")[0].split()).replace("``", "")  # first paragraph
         TEMPLATES[name] = Template(
             name, fn, split_backward, placement, doc, *stages_per_rank, greedy, seconds_per_step, skip_in_best
         )
@@ -111,7 +111,13 @@ def template_orders(name: str, pipe: Pipeline) -> list[list[str]]:
     from layersched.schedule.greedy import fit_memory
 
     t = get_template(name)
-    check_stages_per_rank(t, pipe)
+    try:
+        check_stages_per_rank(t, pipe)
+    except TemplateError as exc:  # asked for by name: say how to get there (best's candidates list only says why not)
+        raise TemplateError(
+            f"{exc}; give the problem stages_per_rank: {t.min_stages_per_rank} (under pipeline: or training:), "
+            f"or pick a schedule for {pipe.stages_per_rank} ('layersched list')"
+        ) from None
     orders = t.build(pipe)
     if t.split_backward and pipe.capacity is not None:  # orders within the limit come back unchanged
         return fit_memory(pipe, orders, pipe.capacity) or orders

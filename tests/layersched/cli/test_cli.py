@@ -53,6 +53,35 @@ def test_list_names_best_the_suites_and_the_experiments(capsys):
     assert "layerpipe" in out and "spectrain" in out  # experiments
 
 
+def test_list_gives_each_template_its_stages_per_rank_and_a_whole_sentence(capsys, monkeypatch):
+    """A template that does not fit the problem's stages per rank points at `layersched list`: its
+    column says what each takes. Each description is a whole sentence (interleaved-zb's stopped at
+    "the order of torch's", the first line of a two-line summary)."""
+    from layersched.schedule.templates import TEMPLATES
+
+    monkeypatch.setenv("COLUMNS", "250")
+    assert main(["list"]) == 0
+    rows = {line.split("│")[1].strip(): line.split("│")[2:5] for line in capsys.readouterr().out.splitlines()
+            if line.count("│") == 5}  # fmt: skip
+    assert set(rows) == set(TEMPLATES)
+    assert [c.strip() for c in rows["zb-v"][:2]] == ["split I/W", "2"]
+    assert [c.strip() for c in rows["1f1b"][:2]] == ["fused", "1"]
+    assert rows["interleaved-zb"][1].strip() == "2 or more"
+    assert all(t.description.endswith(".") and "``" not in t.description for t in TEMPLATES.values())
+    assert "ScheduleInterleavedZeroBubble: loop placement" in TEMPLATES["interleaved-zb"].description
+
+
+def test_a_template_for_other_stages_per_rank_says_how_to_get_there(tmp_path, capsys):
+    code = main(
+        ["solve", str(ROOT / "problems" / "zb-1.5b.yaml"), "--schedule", "zb-v", "--out", str(tmp_path / "s.json")]
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err == [
+        "layersched solve: error: schedule 'zb-v' needs exactly 2 stage(s) per rank, the pipeline has 1; give the "
+        "problem stages_per_rank: 2 (under pipeline: or training:), or pick a schedule for 1 ('layersched list')"
+    ]
+
+
 def test_summary_prints_each_figure_once(tmp_path, capsys):
     """The summary names each figure once; the other objective appears only when it differs."""
     out = tmp_path / "s.json"
