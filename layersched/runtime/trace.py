@@ -159,7 +159,7 @@ class TraceTransfer(_Record):
     side: Literal["send", "recv"]
     bytes: NonNegativeInt
     wait: NonNegativeFloat = 0.0
-    time: float
+    time: float | None = None  # seconds from the rank's start; `compare` reads the clock
     clock: float
 
 
