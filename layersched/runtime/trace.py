@@ -23,11 +23,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import (
     BaseModel,
     ConfigDict,
+    Field,
     NonNegativeFloat,
     NonNegativeInt,
     PositiveInt,
@@ -173,7 +174,9 @@ class TraceRank(_Record):
     step_times: list[NonNegativeFloat]
     events: list[TraceEvent]
     transfers: list[TraceTransfer] = []
-    losses: list[float] | None = None
+    losses: list[Annotated[float, Field(allow_inf_nan=True)]] | None = (
+        None  # a step may diverge; its trace still compares
+    )
 
     @model_validator(mode="after")
     def _steps_known(self) -> TraceRank:

@@ -451,6 +451,18 @@ def test_a_trace_event_in_a_step_the_rank_never_started_is_named(tmp_path, capsy
     assert code == 2 and "ranks.1: event '1F0' is in step 7, but the rank has 2 step starts" in err[0]
 
 
+def test_a_trace_of_a_run_whose_loss_diverged_still_compares(tmp_path, capsys):
+    """Its numbers must be finite, except the losses: a step may diverge (NaN, inf) and its timing still counts."""
+    s = tmp_path / "s.json"
+    assert main(["solve", str(problem(tmp_path)), "--schedule", "1f1b", "--quiet", "--out", str(s)]) == 0
+    trace = _trace(json.loads(s.read_text()))
+    trace["ranks"][1]["losses"] = [float("nan"), float("inf")]
+    assert main(["compare", str(s), _write(tmp_path / "t.json", trace)]) == 0
+    trace["ranks"][1]["step_times"][0] = float("nan")
+    code, err = run(capsys, "compare", s, _write(tmp_path / "t.json", trace))
+    assert code == 2 and "ranks.1.step_times.0: Input should be a finite number" in err[0]
+
+
 def _write(path, data) -> str:
     path.write_text(json.dumps(data))
     return str(path)
