@@ -27,6 +27,7 @@ import importlib
 import importlib.util
 import inspect
 import sys
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,16 +105,34 @@ def resolve(spec: str) -> Callable:
             assert loader is not None and loader.loader is not None
             module = importlib.util.module_from_spec(loader)
             sys.modules[name] = module
-            loader.loader.exec_module(module)
+            try:
+                loader.loader.exec_module(module)
+            except Exception as exc:  # the model file's own error: said in one line, the file left unloaded
+                del sys.modules[name]
+                raise PlanError(f"model {spec!r}: importing {target} raised {_raised(exc, str(path))}") from exc
     else:
         try:
             module = importlib.import_module(target)
         except ImportError as exc:
             raise PlanError(f"model {spec!r}: cannot import {target} ({exc})") from None
+        except Exception as exc:
+            raise PlanError(f"model {spec!r}: importing {target} raised {_raised(exc)}") from exc
     fn = getattr(module, func, None)
     if not callable(fn):
         raise PlanError(f"model {spec!r}: {target} has no function {func!r}")
     return fn
+
+
+def _raised(exc: BaseException, user_file: str | None = None) -> str:
+    """``exc`` in one line, with where it was raised: the innermost line of ``user_file`` in its
+    traceback (else the innermost line), or a syntax error's own place."""
+    text = ((exc.msg if isinstance(exc, SyntaxError) else str(exc)).strip().splitlines() or [""])[0][:200]
+    what = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    if isinstance(exc, SyntaxError) and exc.lineno:
+        return f"{what} ({exc.filename}, line {exc.lineno})"
+    frames = traceback.extract_tb(exc.__traceback__)
+    mine = [f for f in frames if user_file and Path(f.filename) == Path(user_file)] or frames
+    return f"{what} ({mine[-1].filename}, line {mine[-1].lineno})" if mine else what
 
 
 def load_workload(spec: str | Callable, **options) -> Workload:
@@ -123,8 +142,11 @@ def load_workload(spec: str | Callable, **options) -> Workload:
     params = inspect.signature(builder).parameters
     takes_all = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     options = {k: _dtype(v) for k, v in options.items()}
-    built = builder(**{k: v for k, v in options.items() if v is not None and (takes_all or k in params)})
     label = spec if isinstance(spec, str) else getattr(spec, "__name__", "model")
+    try:
+        built = builder(**{k: v for k, v in options.items() if v is not None and (takes_all or k in params)})
+    except Exception as exc:  # the builder's own error, where it was raised; `layersched --debug` shows it all
+        raise PlanError(f"model {label}: the builder raised {_raised(exc, inspect.getsourcefile(builder))}") from exc
     missing = [a for a in ("layers", "loss_fn", "batches") if not hasattr(built, a)]
     if missing:
         raise PlanError(

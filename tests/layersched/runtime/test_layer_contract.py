@@ -1,6 +1,8 @@
 """The layer contract (one tensor in, one tensor out; the loss one number), checked before any
 process starts: a broken layer is one line naming it and the fix, in `run` and in `profile`."""
 
+import re
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -92,3 +94,33 @@ def test_the_check_changes_nothing_in_the_model():
     w = workload(nn.Linear(4, 4), bn, counter)
     check_layers(w)
     assert counter.calls == 0 and int(bn.num_batches_tracked) == 0 and torch.equal(bn.running_mean, torch.zeros(4))
+
+
+@pytest.mark.parametrize(
+    "source, needle",
+    [
+        (
+            "def build(**kw):\n    raise RuntimeError('no data here')\n",
+            "the builder raised RuntimeError: no data here ({path}, line 2)",
+        ),
+        ("def build(:\n    pass\n", "importing {path} raised SyntaxError: invalid syntax ({path}, line 1)"),
+        (
+            "import json\njson.loads('{{')\ndef build(**kw):\n    pass\n",
+            "importing {path} raised JSONDecodeError: Expecting property name enclosed in double quotes",
+        ),
+    ],
+    ids=["builder-raises", "syntax-error", "import-raises"],
+)
+def test_a_model_file_whose_own_code_fails_is_one_line_naming_where(tmp_path, capsys, source, needle):
+    """The model's own code failing (its builder, or the file on import) was a traceback from deep in
+    the loader; it is one line naming the error and the line of the user's file, in `profile` and in
+    the runner, and `--debug` still shows the traceback."""
+    path = tmp_path / "model.py"
+    path.write_text(source)
+    code = main(["profile", f"{path}:build", "--microbatch", "2", "--out", str(tmp_path / "p.yaml")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("layersched profile: error: model "), err
+    assert needle.format(path=path) in err[0]
+    # a second try reads the file again and fails the same way (a half-imported file is not kept)
+    with pytest.raises(PlanError, match=re.escape(needle.format(path=path))):
+        main(["--debug", "profile", f"{path}:build", "--microbatch", "2", "--out", str(tmp_path / "p.yaml")])
