@@ -116,23 +116,40 @@ def resolve(spec: str) -> Callable:
         except ImportError as exc:
             raise PlanError(f"model {spec!r}: cannot import {target} ({exc})") from None
         except Exception as exc:
-            raise PlanError(f"model {spec!r}: importing {target} raised {_raised(exc)}") from exc
+            raise PlanError(f"model {spec!r}: importing {target} raised {_raised(exc, _module_file(target))}") from exc
     fn = getattr(module, func, None)
     if not callable(fn):
         raise PlanError(f"model {spec!r}: {target} has no function {func!r}")
     return fn
 
 
-def _raised(exc: BaseException, user_file: str | None = None) -> str:
-    """``exc`` in one line, with where it was raised: the innermost line of ``user_file`` in its
-    traceback (else the innermost line), or a syntax error's own place."""
+def _raised(exc: BaseException, user_file: str | None) -> str:
+    """``exc`` in one line, with where it was raised: a syntax error's own place, else the innermost
+    line of ``user_file`` in its traceback (none when it is not there: a builtin builder called with
+    the wrong arguments)."""
     text = ((exc.msg if isinstance(exc, SyntaxError) else str(exc)).strip().splitlines() or [""])[0][:200]
     what = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
     if isinstance(exc, SyntaxError) and exc.lineno:
         return f"{what} ({exc.filename}, line {exc.lineno})"
-    frames = traceback.extract_tb(exc.__traceback__)
-    mine = [f for f in frames if user_file and Path(f.filename) == Path(user_file)] or frames
+    mine = [f for f in traceback.extract_tb(exc.__traceback__) if user_file and Path(f.filename) == Path(user_file)]
     return f"{what} ({mine[-1].filename}, line {mine[-1].lineno})" if mine else what
+
+
+def _module_file(name: str) -> str | None:
+    """The file of module ``name`` without running it (None when it cannot be found that way)."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except Exception:  # a parent package that fails on import
+        return None
+    return spec.origin if spec is not None else None
+
+
+def _source_file(fn: Callable) -> str | None:
+    """The file ``fn`` was written in; None for a builtin (``math:sqrt``), which has none."""
+    try:
+        return inspect.getsourcefile(fn)
+    except TypeError:
+        return None
 
 
 def load_workload(spec: str | Callable, **options) -> Workload:
@@ -146,7 +163,7 @@ def load_workload(spec: str | Callable, **options) -> Workload:
     try:
         built = builder(**{k: v for k, v in options.items() if v is not None and (takes_all or k in params)})
     except Exception as exc:  # the builder's own error, where it was raised; `layersched --debug` shows it all
-        raise PlanError(f"model {label}: the builder raised {_raised(exc, inspect.getsourcefile(builder))}") from exc
+        raise PlanError(f"model {label}: the builder raised {_raised(exc, _source_file(builder))}") from exc
     missing = [a for a in ("layers", "loss_fn", "batches") if not hasattr(built, a)]
     if missing:
         raise PlanError(

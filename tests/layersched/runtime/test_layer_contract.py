@@ -124,3 +124,21 @@ def test_a_model_file_whose_own_code_fails_is_one_line_naming_where(tmp_path, ca
     # a second try reads the file again and fails the same way (a half-imported file is not kept)
     with pytest.raises(PlanError, match=re.escape(needle.format(path=path))):
         main(["--debug", "profile", f"{path}:build", "--microbatch", "2", "--out", str(tmp_path / "p.yaml")])
+
+
+def test_a_builtin_named_as_the_builder_that_raises_is_one_line(tmp_path, capsys):
+    """A builtin has no source file to point at; finding one raised TypeError inside the error message."""
+    code = main(["profile", "math:sqrt", "--microbatch", "2", "--out", str(tmp_path / "p.yaml")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "model math:sqrt: the builder raised TypeError: " in err[0], err
+    assert "workload.py" not in err[0]  # no place in layersched's own code is given as where it failed
+
+
+def test_a_model_module_named_by_import_path_that_fails_names_its_line(tmp_path, capsys, monkeypatch):
+    (tmp_path / "failing_model_module.py").write_text("import json\njson.loads('{')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code = main(["profile", "failing_model_module:build", "--microbatch", "2", "--out", str(tmp_path / "p.yaml")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert "importing failing_model_module raised JSONDecodeError: " in err[0]
+    assert err[0].endswith(f"({tmp_path / 'failing_model_module.py'}, line 2)")
