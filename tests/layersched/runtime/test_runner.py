@@ -371,21 +371,22 @@ def _run_main(tmp_path, capsys, doc, *extra) -> tuple[int, list[str]]:
 
 def test_more_ranks_than_the_memory_holds_are_refused_before_any_process_starts(tmp_path, capsys, monkeypatch):
     """A schedule file edited to 1,000 replicas made the runner start 2,000 processes, and the machine
-    stalled. Now the ranks' memory (`RANK_BYTES` each) is weighed against what is available first."""
+    stalled. Now the ranks' memory (`RANK_BYTES` each, 128 MiB) is weighed against what is available first."""
     import layersched.schedule.budget as budget
 
     def never(*args, **kwargs):
         raise AssertionError("a process was started")
 
-    monkeypatch.setattr(budget, "available_memory", lambda: 2**30)
+    monkeypatch.setattr(budget, "available_memory", lambda: 900 * 2**20)
     monkeypatch.setattr(launch_module, "run_processes", never)
     doc = schedule_file(solve_pipeline(stage_pipe(2, 4), schedule="1f1b"))
     doc = doc.model_copy(update={"pipeline": doc.pipeline.model_copy(update={"data_parallel": 4})})
     code, err = _run_main(tmp_path, capsys, doc)
     assert code == 2 and len(err) == 1, err
     assert err[0] == (
-        "layersched.run: error: 8 ranks need about 1.17 GiB of memory before their model's (150.00 MiB each), more "
-        "than the 1.00 GiB this machine has available; use fewer ranks here, or torchrun across machines"
+        "layersched.run: error: 8 processes need about 1.00 GiB of memory before their model's (128.00 MiB each), "
+        "more than the 900.00 MiB this machine has available; use fewer here (torchrun can spread ranks across "
+        "machines)"
     )
 
 

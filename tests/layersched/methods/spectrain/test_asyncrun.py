@@ -176,3 +176,15 @@ def test_command_line_bad_input(capsys, monkeypatch):
     assert exit_.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].endswith("error: argument --steps: must be at least 1, got 0")
+
+
+def test_more_stages_than_the_memory_holds_are_one_line(capsys, monkeypatch):
+    """--stages 5000 was pydantic's four-line report on a problem built inside; now the stages'
+    processes are weighed against the memory available (`asyncrun.STAGE_BYTES` each) before any starts."""
+    import layersched.schedule.budget as budget
+
+    monkeypatch.setattr(asyncrun, "run_processes", lambda *a, **k: pytest.fail("processes were started"))
+    monkeypatch.setattr(budget, "available_memory", lambda: 64 * 2**30)  # any machine short of 469 GiB
+    assert cli_asyncrun.main(["--stages", "5000", "--steps", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("asyncrun: error: 5,000 processes need about 468.75 GiB"), err
