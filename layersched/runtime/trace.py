@@ -174,9 +174,8 @@ class TraceRank(_Record):
     step_times: list[NonNegativeFloat]
     events: list[TraceEvent]
     transfers: list[TraceTransfer] = []
-    losses: list[Annotated[float, Field(allow_inf_nan=True)]] | None = (
-        None  # a step may diverge; its trace still compares
-    )
+    # the losses alone may be NaN or inf: a step may diverge, and its timing still compares
+    losses: list[Annotated[float, Field(allow_inf_nan=True)]] | None = None
 
     @model_validator(mode="after")
     def _steps_known(self) -> TraceRank:
