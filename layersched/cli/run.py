@@ -191,7 +191,9 @@ def _run(args) -> int:
     if "RANK" in os.environ:
         from layersched.runtime.launch import run_under_torchrun
 
-        results = run_under_torchrun(cfg, device=args.device, timeout=args.timeout, threads=args.threads)
+        results = run_under_torchrun(
+            cfg, device=args.device, timeout=args.timeout, threads=args.threads, params=args.check
+        )
         if results is None:
             return 0
     else:

@@ -283,10 +283,11 @@ def run_rank(cfg: RunConfig, prep: Prepared, rank: int, device: torch.device) ->
 
 
 def run_under_torchrun(
-    cfg: RunConfig, *, device: str | None = None, timeout: float = 300.0, threads: int = 1
+    cfg: RunConfig, *, device: str | None = None, timeout: float = 300.0, threads: int = 1, params: bool = False
 ) -> list[RankResult] | None:
     """Run ``cfg`` as this process's rank under torchrun (``RANK``, ``WORLD_SIZE`` and ``LOCAL_RANK`` in
-    the environment). Rank 0 returns every rank's result (without parameters); the others None."""
+    the environment). Rank 0 returns every rank's result, the others None. A result's parameters are
+    sent to rank 0 only with ``params`` (for ``--check``): every rank's whole model may not fit there."""
     torch.set_num_threads(threads)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     prep = prepare(cfg, world)
@@ -294,7 +295,9 @@ def run_under_torchrun(
     dev, backend = pick_device(device, int(os.environ.get("LOCAL_RANK", "0")))
     init_group(rank, world, dev, backend, timeout)
     try:
-        result = replace(run_rank(cfg, prep, rank, dev), params={})
+        result = run_rank(cfg, prep, rank, dev)
+        if not params:
+            result = replace(result, params={})
         gathered = [None] * world if rank == 0 else None
         dist.gather_object(result, gathered, dst=0)
     finally:

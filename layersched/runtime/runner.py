@@ -396,6 +396,9 @@ def check_against_reference(cfg: RunConfig, results: list[RankResult], rtol: flo
         loss_scale=cfg.loss_scale,
     )
     ok, worst, where = True, 0.0, ""
+    missing = sorted(set(ref) - {name for r in results for name in r.params})
+    if missing:  # a check that compared nothing would pass
+        return False, float("inf"), f"{missing[0]}: no rank reported it"
     for r in results:
         for name, value in r.params.items():
             want = ref[name].to(value.dtype)

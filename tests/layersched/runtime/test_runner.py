@@ -338,14 +338,19 @@ def test_python_m_layersched_run(tmp_path):
 
 
 def test_torchrun_and_bad_input(tmp_path):
+    """Under torchrun, too, `--check` compares every parameter: it used to compare none (rank 0
+    received the results without parameters) and pass with "largest parameter difference 0 ()"."""
     doc = schedule_file(solve_pipeline(stage_pipe(2, 4), schedule="gpipe"))
     save_json(doc, tmp_path / "schedule.json")
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node"]
     args = ["-m", "layersched.run", str(tmp_path / "schedule.json"), "--model", MLP, "--steps", "1"]
-    out = subprocess.run([*torchrun, "2", *args], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    out = subprocess.run([*torchrun, "2", *args, "--check"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
-    _, ref_losses = train_reference(MLP, 4, steps=1)
+    ref_params, ref_losses = train_reference(MLP, 4, steps=1)
     assert float(out.stdout.splitlines()[2].split()[1]) == pytest.approx(ref_losses[0], rel=1e-6)
+    check = re.fullmatch(r"check against one process: largest parameter difference (\S+) \((\S+)\); rtol 1e-5: pass",
+                         out.stdout.strip().splitlines()[-1])  # fmt: skip
+    assert check and float(check[1]) < 1e-12 and check[2] in ref_params, out.stdout
     assert len(json.loads((tmp_path / "run-trace.json").read_text())["ranks"]) == 2  # the default trace
     bad = subprocess.run(
         [sys.executable, *args[:3], "--model", f"{ROOT / 'examples' / 'models.py'}:missing"],
@@ -358,6 +363,22 @@ def test_torchrun_and_bad_input(tmp_path):
         f"layersched.run: error: model '{ROOT / 'examples' / 'models.py'}:missing': "
         f"{ROOT / 'examples' / 'models.py'} has no function 'missing'"
     ]
+
+
+def test_a_check_that_would_compare_nothing_fails():
+    """`check_against_reference` given results without parameters (as torchrun's rank 0 once got them)
+    fails and names a parameter no rank reported, rather than passing with nothing compared."""
+    from layersched.runtime.runner import check_against_reference
+
+    cfg = RunConfig(schedule_file(solve_pipeline(stage_pipe(2, 4), schedule="gpipe")), MLP, steps=1)
+    results = launch_jobs([cfg])[0]
+    assert check_against_reference(cfg, results)[0]
+    ref, _ = train_reference(MLP, 4, steps=1)
+    first = min(ref)
+    ok, worst, where = check_against_reference(cfg, [replace(r, params={}) for r in results])
+    assert (ok, worst, where) == (False, float("inf"), f"{first}: no rank reported it")
+    partial = [replace(r, params={k: v for k, v in r.params.items() if k != first}) for r in results]
+    assert check_against_reference(cfg, partial)[:2] == (False, float("inf"))
 
 
 def _run_main(tmp_path, capsys, doc, *extra) -> tuple[int, list[str]]:
