@@ -31,15 +31,24 @@ from layersched.runtime.workload import Workload
 
 
 def mlp(
-    microbatch_size: int = 8, width: int = 32, depth: int = 8, dtype: torch.dtype = torch.float64, seed: int = 0
+    microbatch_size: int = 8,
+    width: int = 32,
+    depth: int = 8,
+    dtype: torch.dtype = torch.float64,
+    seed: int = 0,
+    dropout: float = 0.0,
 ) -> Workload:
-    """``depth`` layers ``fc0..``, each a linear map and a ReLU (the last without), regression loss."""
+    """``depth`` layers ``fc0..``, each a linear map and a ReLU (the last without), regression loss.
+    With ``dropout`` > 0 each ReLU is followed by dropout (a run then draws random numbers; it cannot
+    equal the single-process reference, but a run resumed from a checkpoint equals one never stopped)."""
+
+    def hidden() -> nn.Module:
+        act = [nn.ReLU(), nn.Dropout(dropout)] if dropout else [nn.ReLU()]
+        return nn.Sequential(nn.Linear(width, width), *act)
+
     with torch.random.fork_rng(devices=[]):  # leave the caller's random state alone
         torch.manual_seed(seed)
-        layers = [
-            (f"fc{i}", nn.Sequential(nn.Linear(width, width), nn.ReLU()) if i < depth - 1 else nn.Linear(width, width))
-            for i in range(depth)
-        ]
+        layers = [(f"fc{i}", hidden() if i < depth - 1 else nn.Linear(width, width)) for i in range(depth)]
     for _, layer in layers:
         layer.to(dtype)
 

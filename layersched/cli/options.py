@@ -27,19 +27,26 @@ def positive_int(text: str) -> int:
     return whole_number(text, least=1)
 
 
+def seed_number(text: str) -> int:
+    """A random seed: an integer from 0 to 2**32 - 1 (the ranks' seeds add the rank to it)."""
+    return whole_number(text, least=0, most=2**32 - 1)
+
+
 def two_or_more(text: str) -> int:
     """An integer of at least 2 (say, the points of a sweep)."""
     return whole_number(text, least=2)
 
 
-def whole_number(text: str, *, least: int) -> int:
-    """``text`` as an integer of at least ``least``, or argparse's error naming both."""
+def whole_number(text: str, *, least: int, most: int | None = None) -> int:
+    """``text`` as an integer from ``least`` (to ``most``), or argparse's error naming both."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
     if value < least:
         raise argparse.ArgumentTypeError(f"must be at least {least}, got {text}")
+    if most is not None and value > most:
+        raise argparse.ArgumentTypeError(f"must be at most {most:,}, got {text}")
     return value
 
 

@@ -27,6 +27,7 @@ from layersched.cli.options import (
     add_timeout,
     positive_float,
     positive_int,
+    seed_number,
 )
 
 EXIT_BAD_INPUT, EXIT_FAILED = 2, 1
@@ -88,6 +89,14 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--loss-scale", type=positive_float, default=2.0**16, metavar="S", help="fp16: the starting loss scale"
+    )
+    p.add_argument(
+        "--seed",
+        type=seed_number,
+        default=0,
+        metavar="N",
+        help="the random numbers drawn while training (dropout) start from N + the rank on each rank, so a "
+        "run repeats with the same N (default 0); a checkpoint keeps them, so a resumed run draws on",
     )
     p.add_argument(
         "--checkpoint",
@@ -187,6 +196,7 @@ def _run(args) -> int:
         resume=args.resume,
         precision=args.precision,
         loss_scale=args.loss_scale,
+        seed=args.seed,
     )
     if "RANK" in os.environ:
         from layersched.runtime.launch import run_under_torchrun

@@ -6,7 +6,8 @@ Every rank saves its own stages, together, into one DCP checkpoint directory:
   layers' parameter names (torch's `get_model_state_dict` / `get_optimizer_state_dict` over the
   stage's layers);
 - ``stage{s}.schedule``: the learning-rate schedule's state, where there is one;
-- ``rng.rank{r}``: each process's random-number state (dropout draws the same numbers again);
+- ``rng.rank{r}``: each process's random-number state (dropout draws the same numbers again), and
+  ``cuda_rng.rank{r}`` its GPU's where it runs on one (dropout on a GPU draws from that);
 - ``amp.scaler``: fp16's loss scale and its count of clean steps;
 - ``run``: the step reached and what must match to resume (stage layers, ranks, replicas, the
   optimizer and schedule names).
@@ -90,6 +91,8 @@ def _state(ex, step: int) -> dict:
         "run": {"step": step, **identity(ex.cfg, ex.stage_layers)},
         f"rng.rank{ex.rank}": torch.get_rng_state(),
     }
+    if ex.device.type == "cuda":
+        state[f"cuda_rng.rank{ex.rank}"] = torch.cuda.get_rng_state(ex.device)
     if ex.scaler is not None:  # fp16's loss scale, the same on every rank
         state["amp.scaler"] = {"scale": ex.scaler.scale, "tracker": ex.scaler.tracker}
     for s, st in ex.stages.items():
@@ -121,9 +124,14 @@ def save(ex, step: int, path: str | os.PathLike) -> None:
 def load(ex, path: str | os.PathLike) -> int:
     """Restore every rank's stages from the DCP checkpoint ``path``; the step it was taken after."""
     state = _state(ex, 0)
+    gpu_rng = f"cuda_rng.rank{ex.rank}"
+    if gpu_rng in state and gpu_rng not in dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata:
+        del state[gpu_rng]  # saved on the CPU: the GPU's generator keeps the run's seed
     dcp.load(state, checkpoint_id=str(path))  # checked by `check_resume` before the processes started
     saved = state["run"]
     torch.set_rng_state(state[f"rng.rank{ex.rank}"])
+    if gpu_rng in state:
+        torch.cuda.set_rng_state(state[gpu_rng], ex.device)
     if ex.scaler is not None:
         ex.scaler.scale, ex.scaler.tracker = state["amp.scaler"]["scale"], state["amp.scaler"]["tracker"]
     for s, st in ex.stages.items():

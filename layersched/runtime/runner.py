@@ -73,6 +73,7 @@ class RunConfig:
     resume: str | None = None  # a DCP checkpoint directory to start from, at its step
     precision: str = "fp32"  # fp32, or autocast to bf16 / fp16 (fp16 with a dynamic loss scale)
     loss_scale: float = 2.0**16  # fp16: the loss scale to start from (torch's GradScaler's default)
+    seed: int = 0  # rank r's random numbers (dropout) start from seed + r, after its model is built
 
     @property
     def world_size(self) -> int:
@@ -372,6 +373,14 @@ def clip_gradients(params: list[torch.Tensor], max_norm: float, group=None, also
     if scaled:
         torch._foreach_mul_(scaled, coef)
     return norm
+
+
+def seed_rank(cfg: RunConfig, rank: int) -> None:
+    """Start the random numbers rank ``rank`` draws while training (dropout, on the CPU and every GPU)
+    from ``cfg.seed + rank``: a run repeats with the same seed, and a run resumed from a checkpoint
+    (which saves each rank's state) draws what the run never stopped would have. The model is already
+    built; its builder seeds its own weights."""
+    torch.manual_seed(cfg.seed + rank)
 
 
 def check_against_reference(cfg: RunConfig, results: list[RankResult], rtol: float = 1e-5, atol: float = 1e-8):
@@ -706,6 +715,7 @@ class Executor:
         losses: list[float] = []
         starts, times = [], []
         first = 0
+        seed_rank(self.cfg, self.rank)
         if self.cfg.resume:
             from layersched.runtime.checkpoint import load
 

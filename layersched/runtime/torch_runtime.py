@@ -31,6 +31,7 @@ from layersched.runtime.runner import (
     make_schedule,
     param_name,
     replica_groups,
+    seed_rank,
 )
 
 
@@ -60,6 +61,7 @@ def run_torch_rank(cfg: RunConfig, prep: Prepared, rank: int, device: torch.devi
     optimizers = {s: make_optimizer(ps, cfg) for s, ps in params.items() if ps}
     schedules = {s: make_schedule(opt, cfg) for s, opt in optimizers.items()}
     losses_out, starts, times = [], [], []
+    seed_rank(cfg, rank)
     t_run = time.perf_counter()
     for step in range(cfg.steps):
         for ps in params.values():

@@ -48,6 +48,27 @@ def test_a_resumed_run_continues_exactly(tmp_path, ranks, replicas, template):
     assert any(not torch.equal(v, half[r.rank].params[k]) for r in resumed for k, v in r.params.items())
 
 
+def test_a_resumed_run_with_dropout_continues_exactly(tmp_path):
+    """Dropout draws random numbers on every rank. Each rank's generator starts from the run's seed
+    (``--seed``, default 0) plus its rank, so 4 steps straight and 2 + 2 from a checkpoint draw the
+    same masks: they used to start from whatever torch's import gave the process (random in torch
+    2.13), and a resumed run differed from the run never stopped. Another seed draws other masks."""
+    doc = schedule_file(solve_pipeline(stage_pipe(2, 4), schedule="1f1b"))
+    ckpt = tmp_path / "ckpt"
+    opts = {"model_options": {"dropout": 0.5}, "trace": False}
+    whole, other = (RunConfig(doc, MLP, steps=4, seed=s, **opts) for s in (0, 1))
+    first = RunConfig(doc, MLP, steps=2, checkpoint=str(ckpt), **opts)
+    straight, reseeded, _ = launch_jobs([whole, other, first], timeout=300)
+    (resumed,) = launch_jobs([RunConfig(doc, MLP, steps=2, resume=str(ckpt), **opts)], timeout=300)
+    by_rank = {r.rank: r for r in straight}
+    for r in resumed:
+        for name, value in r.params.items():
+            assert torch.equal(value, by_rank[r.rank].params[name]), name
+    assert not check_against_reference(whole, straight)[0]  # dropout's draws matter here
+    other_rank = {r.rank: r for r in reseeded}
+    assert any(not torch.equal(v, other_rank[r.rank].params[k]) for r in straight for k, v in r.params.items())
+
+
 @pytest.mark.slow
 def test_checkpoint_every_n_steps_keeps_the_last(tmp_path):
     doc = schedule_file(solve_pipeline(stage_pipe(2, 4), schedule="1f1b"))

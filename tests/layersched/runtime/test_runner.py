@@ -390,6 +390,21 @@ def _run_main(tmp_path, capsys, doc, *extra) -> tuple[int, list[str]]:
     return code, capsys.readouterr().err.strip().splitlines()
 
 
+def test_seed_repeats_a_run_with_dropout(tmp_path, capsys):
+    """`--seed N` reaches every rank: the same N draws the same dropout masks (the same losses), another
+    N others."""
+    from layersched.cli.run import main as run_main
+
+    save_json(schedule_file(solve_pipeline(stage_pipe(2, 4), schedule="1f1b")), tmp_path / "schedule.json")
+    losses = []
+    for seed in ("7", "7", "8"):
+        args = [str(tmp_path / "schedule.json"), "--model", MLP, "--model-arg", "dropout=0.5", "--steps", "2"]
+        assert run_main([*args, "--no-trace", "--seed", seed]) == 0
+        rows = [line.split() for line in capsys.readouterr().out.splitlines()]
+        losses.append([float(r[1]) for r in rows if len(r) == 3 and r[0].isdigit()])
+    assert len(losses[0]) == 2 and losses[0] == losses[1] != losses[2]
+
+
 def test_more_ranks_than_the_memory_holds_are_refused_before_any_process_starts(tmp_path, capsys, monkeypatch):
     """A schedule file edited to 1,000 replicas made the runner start 2,000 processes, and the machine
     stalled. Now the ranks' memory (`RANK_BYTES` each, 128 MiB) is weighed against what is available first."""
