@@ -130,3 +130,43 @@ def test_fp16_resume_keeps_the_loss_scale(tmp_path):
     for r in resumed:
         for name, value in r.params.items():
             assert torch.equal(value, by_rank[r.rank].params[name]), name
+
+
+def test_a_gpu_rank_saves_and_restores_its_gpu_generator(tmp_path, monkeypatch):
+    """On a GPU, dropout draws from the GPU's generator, so a checkpoint keeps its state too
+    (``cuda_rng.rank{r}``) and a resumed rank sets it back; a checkpoint written on the CPU resumes on
+    a GPU without it (the generator keeps the run's seed). The GPU's generator is stood in for here,
+    on a machine without one, by a byte tensor; on a GPU, benchmarks/gpu_cli_check.sh resumes a run."""
+    import warnings
+    from types import SimpleNamespace
+
+    from layersched.runtime import checkpoint
+
+    doc = schedule_file(solve_pipeline(stage_pipe(2, 4), schedule="1f1b"))
+    gpu = {"state": torch.arange(16, dtype=torch.uint8)}
+    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda device=None: gpu["state"].clone())
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, device=None: gpu.update(state=state.clone()))
+
+    def rank(device: str):
+        cfg = RunConfig(doc, MLP)
+        return SimpleNamespace(cfg=cfg, stage_layers=[["fc0"], ["fc1"]], rank=0, scaler=None, stages={},
+                               optimizers={}, schedules={}, device=torch.device(device))  # fmt: skip
+
+    def save(ex, path):
+        with warnings.catch_warnings():  # one process, no group: DCP says it assumes that
+            warnings.simplefilter("ignore", UserWarning)
+            torch.distributed.checkpoint.save(checkpoint._state(ex, 3), checkpoint_id=str(path))
+
+    def load(ex, path):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            return checkpoint.load(ex, path)
+
+    save(rank("cuda"), tmp_path / "gpu")
+    gpu["state"] = torch.zeros(16, dtype=torch.uint8)  # the generator moved on
+    assert load(rank("cuda"), tmp_path / "gpu") == 3
+    assert torch.equal(gpu["state"], torch.arange(16, dtype=torch.uint8))  # set back
+    save(rank("cpu"), tmp_path / "cpu")
+    gpu["state"] = torch.ones(16, dtype=torch.uint8)
+    assert load(rank("cuda"), tmp_path / "cpu") == 3
+    assert torch.equal(gpu["state"], torch.ones(16, dtype=torch.uint8))  # left as the seed made it
