@@ -4,9 +4,9 @@
 # 1-rank schedules of the examples' small GPT (interleaved-zb and zb-v put 2 stages on the rank), each:
 # self-launched with --check against one process; zb-v under torchrun with --check, the weight-gradient
 # side stream and a trace, then `layersched compare`; bf16 with AdamW; a checkpoint after 2 steps
-# resumed for 2 more against 4 steps straight (parameters and optimizer state bit for bit; each run's
-# unseeded RNG state is left out); torch's runtime with --check. Takes 4-5 minutes on a GPU (CUDA and
-# NCCL start-up in every run), 1.5 on 2 CPU cores.
+# resumed for 2 more against 4 steps straight (parameters, optimizer and random-number states bit for
+# bit), and the same for the examples' mlp with dropout; torch's runtime with --check. Takes 5-6
+# minutes on a GPU (CUDA and NCCL start-up in every run), 2 on 2 CPU cores.
 set -u
 DEV=${1:-cuda}
 T=$(mktemp -d)
@@ -31,6 +31,11 @@ echo "== checkpoint 2+2 vs 4"
 run $T/zb-v.json --steps 2 --checkpoint $T/ck --no-trace
 run $T/zb-v.json --steps 2 --resume $T/ck --checkpoint $T/ck4 --no-trace
 run $T/zb-v.json --steps 4 --checkpoint $T/full --no-trace
+echo "== the same with dropout (examples' mlp, dropout=0.5): the GPU's generator is in the checkpoint"
+D="$T/1f1b.json --model-arg dropout=0.5 --no-trace"
+M=examples/models.py:mlp run $D --steps 2 --checkpoint $T/dck
+M=examples/models.py:mlp run $D --steps 2 --resume $T/dck --checkpoint $T/dck4
+M=examples/models.py:mlp run $D --steps 4 --checkpoint $T/dfull
 python3 - "$T" <<'PY'
 import sys, torch
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
@@ -41,12 +46,13 @@ def flat(x, p=""):
             yield from flat(v, f"{p}.{k}")
     elif torch.is_tensor(x):
         yield p, x
-got = []
-for d in ("ck4", "full"):
-    dcp_to_torch_save(f"{t}/{d}", f"{t}/{d}.pt")
-    got.append({k: v for k, v in flat(torch.load(f"{t}/{d}.pt", weights_only=False)) if not k.startswith(".rng")})
-a, b = got
-same = sorted(a) == sorted(b) and all(torch.equal(a[k].cpu(), b[k].cpu()) for k in a)
-print(f"resumed 2+2 vs 4 steps: {len(a)} tensors, parameters and optimizer state bit for bit equal: {same}")
+for label, pair in [("gpt_small", ("ck4", "full")), ("mlp with dropout", ("dck4", "dfull"))]:
+    got = []
+    for d in pair:
+        dcp_to_torch_save(f"{t}/{d}", f"{t}/{d}.pt")
+        got.append(dict(flat(torch.load(f"{t}/{d}.pt", weights_only=False))))
+    a, b = got
+    same = sorted(a) == sorted(b) and all(torch.equal(a[k].cpu(), b[k].cpu()) for k in a)
+    print(f"{label}: resumed 2+2 vs 4 steps: {len(a)} tensors (random-number states included), bit for bit equal: {same}")
 PY
 echo "== torch runtime 1f1b"; run $T/1f1b.json --steps 4 --runtime torch --check --no-trace
