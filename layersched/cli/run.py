@@ -217,6 +217,14 @@ def _run(args) -> int:
         ok, worst, where = check_against_reference(cfg, results)
         verdict = "pass" if ok else "FAIL"
         print(f"check against one process: largest parameter difference {worst:.3g} ({where}); rtol 1e-5: {verdict}")
+        if not ok:
+            from layersched.runtime.workload import dropout_layers, load_workload
+
+            if drop := dropout_layers(load_workload(cfg.model, **cfg.model_options)):
+                print(
+                    f"  the model has dropout ({', '.join(drop[:3])}{', ...' if len(drop) > 3 else ''}): its random "
+                    "draws differ from one process's, so --check needs the model with dropout 0"
+                )
         return 0 if ok else EXIT_FAILED
     return 0
 

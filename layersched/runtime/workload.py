@@ -237,3 +237,18 @@ def _dtype(value):
         if isinstance(found, torch.dtype):
             return found
     return value
+
+
+def dropout_layers(workload: Workload) -> list[str]:
+    """The layers of ``workload`` that hold an active dropout module (``torch.nn`` dropout with p > 0):
+    their random draws differ between a pipelined run and one process, so no check can match them."""
+    from torch import nn
+
+    kinds = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout)
+    found = []
+    for name, layer in workload.layers:
+        for m in layer.modules():
+            if isinstance(m, kinds) and m.p > 0:
+                found.append(name)
+                break
+    return found

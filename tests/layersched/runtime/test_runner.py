@@ -403,6 +403,13 @@ def test_seed_repeats_a_run_with_dropout(tmp_path, capsys):
         rows = [line.split() for line in capsys.readouterr().out.splitlines()]
         losses.append([float(r[1]) for r in rows if len(r) == 3 and r[0].isdigit()])
     assert len(losses[0]) == 2 and losses[0] == losses[1] != losses[2]
+    assert run_main([*args, "--no-trace", "--check"]) == 1  # dropout cannot match one process; the line says so
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[-2].endswith("rtol 1e-5: FAIL")
+    assert out[-1] == (
+        "  the model has dropout (fc0, fc1, fc2, ...): its random draws differ from one process's, so --check "
+        "needs the model with dropout 0"
+    )
 
 
 def test_more_ranks_than_the_memory_holds_are_refused_before_any_process_starts(tmp_path, capsys, monkeypatch):
