@@ -163,8 +163,11 @@ def test_measure_runtime_reads_the_cost_beyond_the_layers_of_a_run(monkeypatch):
     stall["seconds"] = 2e-3
     unfitted = measure_runtime(prof, steps=steps, fit=False)["action_overhead"]
     fitted = measure_runtime(prof, steps=steps)
-    shifts = {k: fitted["action_overhead"][k] - v for k, v in unfitted.items()}
-    assert max(shifts.values()) - min(shifts.values()) < 1e-9 and min(shifts.values()) < 0
+    # no kind goes below 0: a kind the shift would take there stays at 0 (seen on a loaded machine)
+    shift = min(fitted["action_overhead"][k] - v for k, v in unfitted.items())
+    assert shift < 0
+    for k, v in unfitted.items():
+        assert fitted["action_overhead"][k] == pytest.approx(max(v + shift, 0.0), abs=1e-9), k
     assert set(fitted["iterations"]) == {"1f1b-split", "1f1b"}
     cal = {**prof, "device": {**prof["device"], "action_overhead": fitted["action_overhead"]}}
     cal["link"] = {**prof["link"], "latency": fitted["latency"]}
