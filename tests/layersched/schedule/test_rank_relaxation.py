@@ -103,3 +103,28 @@ def test_the_unseen_rows_load_and_the_uneven_one_differs_only_at_its_ends(bench,
         assert got.tolist() == expected.tolist(), times
         assert (got[1:-1] == base[1:-1]).all()
     assert uneven.forward[0] > even.forward[0] and uneven.backward_input[-1] > even.backward_input[-1]
+
+
+def test_with_order_keeps_exactly_the_schedules_that_run_the_order(bench):
+    problem = Problem(duration=[2, 3, 1], num_processors=2, edges=[[0, 2]], delay=[4])
+    held = bench.with_order(problem, [1, 0])  # task 1, then task 0, on one processor
+    assert not violations(held, time_orders(held, [[1, 0, 2], []]), limit=1)
+    assert violations(held, time_orders(problem, [[0, 1], [2]]), limit=1)  # 0 before 1 breaks the chain
+    assert not violations(problem, time_orders(problem, [[0, 1], [2]]), limit=1)
+    assert held.delay.tolist() == [4, 0]
+    with pytest.raises(ValueError, match="distinct tasks"):
+        bench.with_order(problem, [1, 1])
+    with pytest.raises(ValueError, match="distinct tasks"):
+        bench.with_order(problem, [3])
+
+
+def test_complete_holds_rank_0_to_its_order_and_never_loses(bench, tmp_path):
+    pipe = pipeline_from_spec(load_problem(bench.recut(tmp_path, "zb-interleaved-1.5b", 4, 8)))
+    tasks = task_graph(pipe, True, pipe.stage_to_rank())
+    problem = tasks.problem
+    order = template_orders("interleaved-zb", pipe)[0]
+    start, found = bench.complete(tasks, order, time_limit=2.0, bound=0)
+    for schedule in (start, found):
+        assert not violations(problem, schedule, limit=1)
+        assert schedule.orders(problem)[0] == [tasks.index[a] for a in order]
+    assert found.objective(problem, "span") <= start.objective(problem, "span")
