@@ -104,11 +104,15 @@ def with_order(problem: Problem, order: list[int]) -> Problem:
 def complete(tasks, actions: list[str], time_limit: float, bound: int) -> tuple[Schedule, Schedule]:
     """Rank 0 held to ``actions`` (its compute passes, e.g. ``["0F0", ...]``), the rest searched: list
     scheduling on the row with that order enforced (`with_order`), then `improve_coarse` from it.
-    Returns (list scheduling's schedule, the one found), both valid on the row itself."""
+    Returns (list scheduling's schedule, the one found), both valid on the row itself; KeyError for a
+    pass the row has not, ValueError where no schedule runs rank 0 in that order."""
     fixed = with_order(tasks.problem, [tasks.index[a] for a in actions])
-    start = list_schedule(fixed, objective="span")
+    try:
+        start = list_schedule(fixed, objective="span")
+    except ValueError as e:  # the order runs a pass before one it needs
+        raise ValueError(f"rank 0's order cannot run on this row: {e}") from None
     if start.schedule is None:
-        raise SystemExit(f"--complete: list scheduling found no schedule with that order ({start.status})")
+        raise ValueError(f"list scheduling found no schedule with that order ({start.status})")
     found, _ = improve_coarse(fixed, start.schedule, objective="span", time_limit=time_limit, bound=bound)
     return start.schedule, found
 
@@ -146,16 +150,18 @@ def _complete(files: list[Path], time_limit: float, console: Console) -> None:
             t0 = time.perf_counter()
             try:
                 start, found = complete(tasks, actions[0], time_limit, bound)
-            except (KeyError, ValueError) as e:
-                raise SystemExit(f"--complete {path}: rank 0's actions do not fit the p={p} row ({e})") from None
+            except KeyError as e:
+                raise SystemExit(f"--complete {path}: the p={p} row has no pass {e}") from None
+            except ValueError as e:
+                raise SystemExit(f"--complete {path}: {e}") from None
             problem = tasks.problem
             if violations(problem, found, limit=1):
                 raise SystemExit(f"--complete {path}: the schedule found is not valid")
             span = found.objective(problem, "span")
-            console.print(f"{path.name or path}: {span:,} against {bound:,} ({time.perf_counter() - t0:.0f} s)")
+            console.print(f"{path.name}: {span:,} against {bound:,} ({time.perf_counter() - t0:.0f} s)")
             table.add_row(
                 f"p={p}, m={MICROBATCHES[p]}",
-                path.name or str(path),
+                path.name,
                 f"{bound:,}",
                 f"{start.objective(problem, 'span'):,}",
                 f"{span:,}",
