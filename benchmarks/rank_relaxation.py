@@ -117,6 +117,14 @@ def complete(tasks, actions: list[str], time_limit: float, bound: int) -> tuple[
     return start.schedule, found
 
 
+def _row(tmp: str, p: int):
+    """The interleaved row with ``p`` ranks (`MICROBATCHES`), split backward: its pipeline, its task
+    graph and its proven bound on the span."""
+    pipe = pipeline_from_spec(load_problem(recut(Path(tmp), "zb-interleaved-1.5b", p, MICROBATCHES[p])))
+    rank = pipe.stage_to_rank()
+    return pipe, task_graph(pipe, True, rank), max(pipeline_bounds(pipe, rank, "span").values())
+
+
 def _ints(text: str) -> list[int]:
     """``"0,-1"`` -> ``[0, -1]``, for argparse."""
     try:
@@ -141,12 +149,9 @@ def _complete(files: list[Path], time_limit: float, console: Console) -> None:
                 raise SystemExit(f"--complete {path}: expected {what} ({e})") from None
             if p not in MICROBATCHES:
                 raise SystemExit(f"--complete {path}: {p} ranks; the rows have {', '.join(map(str, MICROBATCHES))}")
-            pipe = pipeline_from_spec(load_problem(recut(Path(tmp), "zb-interleaved-1.5b", p, MICROBATCHES[p])))
+            pipe, tasks, bound = _row(tmp, p)
             if torch:
                 actions = template_orders("interleaved-zb", pipe)
-            rank = pipe.stage_to_rank()
-            tasks = task_graph(pipe, True, rank)
-            bound = max(pipeline_bounds(pipe, rank, "span").values())
             t0 = time.perf_counter()
             try:
                 start, found = complete(tasks, actions[0], time_limit, bound)
@@ -155,8 +160,8 @@ def _complete(files: list[Path], time_limit: float, console: Console) -> None:
             except ValueError as e:
                 raise SystemExit(f"--complete {path}: {e}") from None
             problem = tasks.problem
-            if violations(problem, found, limit=1):
-                raise SystemExit(f"--complete {path}: the schedule found is not valid")
+            if violations(problem, start, limit=1) or violations(problem, found, limit=1):
+                raise SystemExit(f"--complete {path}: a schedule it gave is not valid")
             span = found.objective(problem, "span")
             console.print(f"{path.name}: {span:,} against {bound:,} ({time.perf_counter() - t0:.0f} s)")
             table.add_row(
@@ -205,11 +210,8 @@ def main() -> None:
         for p in args.rows:
             if p not in MICROBATCHES:
                 raise SystemExit(f"--rows: {p} is not one of the rows ({', '.join(map(str, MICROBATCHES))})")
-            pipe = pipeline_from_spec(load_problem(recut(Path(tmp), "zb-interleaved-1.5b", p, MICROBATCHES[p])))
-            rank = pipe.stage_to_rank()
-            tasks = task_graph(pipe, True, rank)
+            pipe, tasks, bound = _row(tmp, p)
             problem = tasks.problem
-            bound = max(pipeline_bounds(pipe, rank, "span").values())
             torch = time_orders(problem, complete_orders(tasks, template_orders("interleaved-zb", pipe)))
             for given in sets:
                 if not all(-p <= q < p for q in given):
