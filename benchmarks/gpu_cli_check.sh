@@ -6,8 +6,11 @@
 # side stream and a trace, then `layersched compare`; bf16 with AdamW; a checkpoint after 2 steps
 # resumed for 2 more against 4 steps straight (parameters, optimizer and random-number states bit for
 # bit), and the same for the examples' mlp with dropout; torch's runtime with --check. Takes 5-6
-# minutes on a GPU (CUDA and NCCL start-up in every run), 2 on 2 CPU cores.
+# minutes on a GPU (CUDA and NCCL start-up in every run), 2 on 2 CPU cores. Run it from the checkout's
+# root: python3 and torchrun come from .venv there (what `make demo` set up) unless an environment is
+# active.
 set -u
+if [ -z "${VIRTUAL_ENV:-}" ] && [ -x .venv/bin/python3 ]; then PATH="$PWD/.venv/bin:$PATH"; fi
 DEV=${1:-cuda}
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
