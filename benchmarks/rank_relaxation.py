@@ -21,8 +21,16 @@ the other ranks (`complete`). On the p=6 row, rank 0's order from the near-bound
 tests/data is completed to 0.02% in about 10 s, from list scheduling's 4.64%; rank 0's order
 from `best`'s 60 s schedule or from torch's order is not (docs/design.md, session 35).
 
+``--held FILE`` searches from FILE's orders with rank 0 held except one window of its passes at a
+time, the other ranks free (`held_steps`; the windows are given: ``--first``, ``--window``,
+``--stride``). From `best`'s p=6 orders the windows starting at pass 49 reach 1.5% in 9 s and under
+1% in about 4 minutes, but windows placed a few passes earlier or later move nothing, and sweeps
+from other places found nothing in 4 minutes, so `best` does not run them (docs/design.md, session 36).
+
 Usage: python benchmarks/rank_relaxation.py [--rows 4,6,8] [--keep 0 --keep 0,-1] [--time-limit 120]
        python benchmarks/rank_relaxation.py --complete FILE [--complete torch:6 ...] [--time-limit 30]
+       python benchmarks/rank_relaxation.py --held FILE [--first 49] [--window 30] [--stride 15]
+                                            [--step 3] [--rounds 1] [--out FILE]
 """
 
 from __future__ import annotations
@@ -44,7 +52,9 @@ from rich.table import Table
 from layersched.cli.options import positive_float
 from layersched.describe.config import load_problem
 from layersched.describe.stages import pipeline_from_spec
+from layersched.formats.export import check_output, write_text
 from layersched.schedule.bounds import pipeline_bounds
+from layersched.schedule.graph import parse_action
 from layersched.schedule.solve import complete_orders, task_graph
 from layersched.schedule.templates import template_orders
 from solvers import Problem, Schedule
@@ -88,12 +98,23 @@ def relaxation(problem: Problem, keep: list[int]) -> tuple[Problem, np.ndarray]:
     return relaxed, proc
 
 
-def with_order(problem: Problem, order: list[int]) -> Problem:
+def with_order(problem: Problem, order: list[int], free: tuple[int, int] | None = None) -> Problem:
     """``problem`` with ``order`` (tasks of one processor) enforced: a zero-delay edge from each task to
-    the next. Its schedules are exactly those of ``problem`` that run ``order`` in that order."""
+    the next. With ``free=(a, b)``, ``order[a:b]`` may run in any order among themselves, after
+    ``order[:a]`` and before ``order[b:]``. Its schedules are exactly those of ``problem`` that run
+    ``order`` so."""
     if len(set(order)) != len(order) or not all(0 <= t < problem.num_tasks for t in order):
         raise ValueError(f"order: expected distinct tasks of 0-{problem.num_tasks - 1}")
-    chain = np.column_stack([order[:-1], order[1:]]).astype(np.int64).reshape(-1, 2)
+    a, b = free if free is not None else (len(order), len(order))
+    if not 0 <= a <= b <= len(order):
+        raise ValueError(f"free: expected 0 <= a <= b <= {len(order)}, got {free}")
+    pre, window, post = order[:a], order[a:b], order[b:]
+    pairs = list(zip(pre, pre[1:], strict=False)) + list(zip(post, post[1:], strict=False))
+    if pre:
+        pairs += [(pre[-1], t) for t in window] or ([(pre[-1], post[0])] if post else [])
+    if post:
+        pairs += [(t, post[0]) for t in window]
+    chain = np.array(pairs, dtype=np.int64).reshape(-1, 2)
     return dataclasses.replace(
         problem,
         edges=np.concatenate([problem.edges, chain]),
@@ -115,6 +136,43 @@ def complete(tasks, actions: list[str], time_limit: float, bound: int) -> tuple[
         raise ValueError(f"list scheduling found no schedule with that order ({start.status})")
     found, _ = improve_coarse(fixed, start.schedule, objective="span", time_limit=time_limit, bound=bound)
     return start.schedule, found
+
+
+def rank_order(tasks, schedule: Schedule, rank: int = 0) -> list[int]:
+    """The compute passes of ``rank`` in ``schedule``, in start order."""
+    order = schedule.orders(tasks.problem)[tasks.processor_of_rank(rank)]
+    return [t for t in order if parse_action(tasks.names[t])[2] is not None]
+
+
+def held_steps(
+    tasks, schedule: Schedule, bound: int, *, window: int, stride: int, first: int, rounds: int, step: float, log
+) -> Schedule:
+    """Windows of rank 0's compute passes freed one at a time, the rest of rank 0 held in its order
+    (`with_order`), every other rank free: for each window (``window`` passes, from pass ``first``
+    every ``stride``, ``rounds`` sweeps) the coarse levels search that problem from the current
+    schedule for ``step`` seconds, and what they find replaces it where shorter. ``log(line)`` hears
+    of each step. The best schedule; valid on the row. ValueError where rank 0 has no pass ``first``."""
+    problem = tasks.problem
+    current, value = schedule, schedule.objective(problem, "span")
+    passes = len(rank_order(tasks, current))  # the same in every schedule of the row
+    if first >= passes:
+        raise ValueError(f"rank 0 has {passes} passes (0-{passes - 1}); the first window starts at {first}")
+    for r in range(rounds):
+        for a in range(first, max(first + 1, passes - window // 2), stride):
+            order = rank_order(tasks, current)
+            b = min(len(order), a + window)
+            t0 = time.perf_counter()
+            found, _ = improve_coarse(
+                with_order(problem, order, (a, b)), current, objective="span", time_limit=step, bound=bound
+            )
+            got = found.objective(problem, "span")
+            if got < value and not violations(problem, found, limit=1):
+                current, value = found, got
+            seconds = time.perf_counter() - t0
+            log(f"sweep {r + 1}, passes {a}-{b - 1}: {got:,} ({(got - bound) / got:.2%}), {seconds:.1f} s")
+            if value <= bound:
+                return current
+    return current
 
 
 def _row(tmp: str, p: int):
@@ -176,6 +234,62 @@ def _complete(files: list[Path], time_limit: float, console: Console) -> None:
     console.print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
 
 
+def _held(path: Path, args, console: Console) -> None:
+    """``--held``: held steps (`held_steps`) from the orders of ``path``, on the row of its rank count."""
+    try:
+        actions = json.loads(path.read_text())["actions"]
+        p = len(actions)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise SystemExit(f"--held {path}: expected a JSON file with per-rank 'actions' ({e})") from None
+    if p not in MICROBATCHES:
+        raise SystemExit(f"--held {path}: {p} ranks; the rows have {', '.join(map(str, MICROBATCHES))}")
+    with tempfile.TemporaryDirectory() as tmp:
+        pipe, tasks, bound = _row(tmp, p)
+    problem = tasks.problem
+    try:
+        start = time_orders(problem, complete_orders(tasks, actions))
+    except KeyError as e:
+        raise SystemExit(f"--held {path}: the p={p} row has no pass {e}") from None
+    except ValueError as e:  # a deadlock: an order that runs a pass before one it needs
+        raise SystemExit(f"--held {path}: its orders cannot run on the row ({e})") from None
+    if violations(problem, start, limit=1):
+        raise SystemExit(f"--held {path}: its orders break the row's memory limit")
+    passes = len(rank_order(tasks, start))
+    if args.first >= passes:
+        raise SystemExit(f"--first {args.first}: rank 0 has {passes} passes (0-{passes - 1})")
+    t0 = time.perf_counter()
+    found = held_steps(
+        tasks,
+        start,
+        bound,
+        window=args.window,
+        stride=args.stride,
+        first=args.first,
+        rounds=args.rounds,
+        step=args.step,
+        log=console.print,
+    )
+    before, after = start.objective(problem, "span"), found.objective(problem, "span")
+    table = Table(title=f"held steps on rank 0: windows of {args.window} passes, {args.step:g} s each")
+    for col in ("row", "from", "our bound", "start", "found", "gap", "seconds"):
+        table.add_column(col, justify="left" if col in ("row", "from") else "right", overflow="fold")
+    table.add_row(
+        f"p={p}, m={MICROBATCHES[p]}",
+        path.name,
+        f"{bound:,}",
+        f"{before:,} ({(before - bound) / before:.2%})",
+        f"{after:,}",
+        f"{(after - bound) / after:.2%}",
+        f"{time.perf_counter() - t0:.0f}",
+    )
+    console.print(table)
+    console.print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
+    if args.out:
+        orders = [[tasks.names[t] for t in rank_order(tasks, found, r)] for r in range(p)]
+        about = f"held steps (benchmarks/rank_relaxation.py --held) from {path.name}: span {after}, bound {bound}"
+        write_text(args.out, json.dumps({"about": about, "actions": orders}) + "\n")  # whole or not at all
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=_ints, default=[4, 6, 8], help="interleaved rows by rank count, of 4, 6, 8, 16")
@@ -195,8 +309,34 @@ def main() -> None:
         "'actions'; torch:P for torch's interleaved zero-bubble order of the p=P row) and search the rest "
         "of the row with that many ranks (`complete`); repeatable",
     )
+    ap.add_argument(
+        "--held",
+        metavar="FILE",
+        type=Path,
+        help="instead: held steps from FILE's orders (`held_steps`): windows of rank 0's passes freed one at a "
+        "time, the rest of rank 0 held, the other ranks free",
+    )
+    ap.add_argument("--window", type=int, default=30, help="--held: passes of rank 0 per window (default 30)")
+    ap.add_argument("--stride", type=int, default=15, help="--held: passes from one window to the next (default 15)")
+    ap.add_argument("--first", type=int, default=19, help="--held: the first window's first pass (default 19)")
+    ap.add_argument("--rounds", type=int, default=1, help="--held: sweeps over rank 0 (default 1)")
+    ap.add_argument("--step", type=positive_float, default=3.0, help="--held: seconds per window (default 3)")
+    ap.add_argument("--out", type=Path, help="--held: write the orders found there (JSON, per-rank 'actions')")
     args = ap.parse_args()
     console = Console()
+    if args.held:
+        for name in ("window", "stride", "rounds"):
+            if getattr(args, name) < 1:
+                raise SystemExit(f"--{name}: expected a positive count, got {getattr(args, name)}")
+        if args.first < 0:
+            raise SystemExit(f"--first: expected a pass number of 0 or more, got {args.first}")
+        if args.out:
+            try:
+                check_output(args.out)  # before the search, not after it
+            except ValueError as e:
+                raise SystemExit(f"--out: {e}") from None
+        _held(args.held, args, console)
+        return
     if args.complete:
         _complete(args.complete, args.time_limit, console)
         return

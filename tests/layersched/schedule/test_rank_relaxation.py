@@ -128,3 +128,34 @@ def test_complete_holds_rank_0_to_its_order_and_never_loses(bench, tmp_path):
         assert not violations(problem, schedule, limit=1)
         assert schedule.orders(problem)[0] == [tasks.index[a] for a in order]
     assert found.objective(problem, "span") <= start.objective(problem, "span")
+
+
+def test_with_order_frees_a_window_between_the_passes_before_and_after_it(bench):
+    """``free=(1, 3)`` of the order 0, 1, 2, 3: tasks 1 and 2 in either order, after 0 and before 3."""
+    problem = Problem(duration=[1, 1, 1, 1], num_processors=1)
+    held = bench.with_order(problem, [0, 1, 2, 3], free=(1, 3))
+    for order in ([0, 1, 2, 3], [0, 2, 1, 3]):
+        assert not violations(held, time_orders(problem, [order]), limit=1), order
+    for order in ([1, 0, 2, 3], [0, 1, 3, 2], [3, 0, 1, 2]):
+        assert violations(held, time_orders(problem, [order]), limit=1), order
+    empty = bench.with_order(problem, [0, 1, 2, 3], free=(2, 2))  # nothing free: the whole chain
+    assert violations(empty, time_orders(problem, [[0, 2, 1, 3]]), limit=1)
+    for free in ((2, 1), (0, 5), (-1, 2)):
+        with pytest.raises(ValueError, match="free"):
+            bench.with_order(problem, [0, 1, 2, 3], free=free)
+
+
+def test_held_steps_keep_rank_0_outside_the_window_and_never_lose(bench, tmp_path):
+    pipe = pipeline_from_spec(load_problem(bench.recut(tmp_path, "zb-interleaved-1.5b", 4, 8)))
+    tasks = task_graph(pipe, True, pipe.stage_to_rank())
+    problem = tasks.problem
+    torch = time_orders(problem, complete_orders(tasks, template_orders("interleaved-zb", pipe)))
+    before = bench.rank_order(tasks, torch)
+    lines = []
+    found = bench.held_steps(tasks, torch, 0, window=10, stride=100, first=40, rounds=1, step=2.0, log=lines.append)
+    assert not violations(problem, found, limit=1)
+    assert found.objective(problem, "span") <= torch.objective(problem, "span")
+    after = bench.rank_order(tasks, found)
+    assert after[:40] == before[:40] and after[50:] == before[50:]
+    assert sorted(after[40:50]) == sorted(before[40:50])
+    assert len(lines) == 1 and lines[0].startswith("sweep 1, passes 40-49: ")
