@@ -23,9 +23,10 @@ from `best`'s 60 s schedule or from torch's order is not (docs/design.md, sessio
 
 ``--held FILE`` searches from FILE's orders with rank 0 held except one window of its passes at a
 time, the other ranks free (`held_steps`; the windows are given: ``--first``, ``--window``,
-``--stride``). From `best`'s p=6 orders the windows starting at pass 49 reach 1.5% in 9 s and under
-1% in about 4 minutes, but windows placed a few passes earlier or later move nothing, and sweeps
-from other places found nothing in 4 minutes, so `best` does not run them (docs/design.md, session 36).
+``--stride``). From `best`'s p=6 orders, windows from the one at passes 49-78 on reach 1.5% in 9 s,
+and sweeps through it with longer steps under 1% in 3-4 minutes; but windows placed a few passes
+earlier or later move nothing, and sweeps from other places found nothing in 4 minutes, so `best`
+does not run them (docs/design.md, session 36).
 
 Usage: python benchmarks/rank_relaxation.py [--rows 4,6,8] [--keep 0 --keep 0,-1] [--time-limit 120]
        python benchmarks/rank_relaxation.py --complete FILE [--complete torch:6 ...] [--time-limit 30]
