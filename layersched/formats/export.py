@@ -43,7 +43,7 @@ from layersched.describe.config import (
     format_validation_error,
     read_data,
 )
-from layersched.schedule.graph import parse_action
+from layersched.schedule.graph import compute_orders, parse_action
 from solvers import UNLIMITED, Problem, Schedule
 
 FORMAT_VERSION = 1
@@ -269,8 +269,8 @@ def check_actions(doc: ScheduleFile, problem: Problem, schedule: Schedule) -> No
     if len(doc.actions) != R:
         raise SpecError(f"actions: {len(doc.actions)} ranks listed, the pipeline has {R}")
     start = dict(zip(names, schedule.start.tolist(), strict=True))
-    for r, (order, acts) in enumerate(zip(schedule.orders(problem)[:R], doc.actions, strict=False)):
-        expect = [names[t] for t in order if parse_action(names[t])[2] is not None]
+    for r, (order, acts) in enumerate(zip(compute_orders(problem, schedule, R), doc.actions, strict=False)):
+        expect = [names[t] for t in order]
         if expect == acts:
             continue
         if sorted(acts) == sorted(expect) and all(start[a] <= start[b] for a, b in itertools.pairwise(acts)):

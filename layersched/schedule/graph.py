@@ -26,7 +26,7 @@ import numpy as np
 
 from layersched.describe.placement import placement  # noqa: F401 (re-exported for templates and tests)
 from layersched.describe.stages import Pipeline
-from solvers import Problem
+from solvers import Problem, Schedule
 
 ACTION = re.compile(r"^(\d+)(F|I|W|B|R|U)(\d*)$")
 COMPUTE_KINDS = ("F", "I", "W", "B")
@@ -38,6 +38,15 @@ def parse_action(name: str) -> tuple[int, str, int | None]:
     if not m:
         raise ValueError(f"not an action name: {name!r} (expected like 0F3, 1I3, 1W3, 2B3, 0R, 0U)")
     return int(m[1]), m[2], int(m[3]) if m[3] else None
+
+
+def compute_orders(problem: Problem, schedule: Schedule, num_ranks: int) -> list[list[int]]:
+    """Per rank (processors ``0 .. num_ranks-1``), its compute passes (F, B, I, W) in ``schedule``'s
+    start order (`Schedule.orders`): what the runner executes, without all-reduces and optimizer steps."""
+    names = problem.names
+    return [
+        [t for t in order if parse_action(names[t])[2] is not None] for order in schedule.orders(problem)[:num_ranks]
+    ]
 
 
 def build_graph(pipe: Pipeline, *, split_backward: bool = True, stage_to_rank: list[int] | None = None) -> nx.DiGraph:

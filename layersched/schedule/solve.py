@@ -22,7 +22,7 @@ import numpy as np
 from layersched.describe.stages import Pipeline
 from layersched.schedule.bounds import pipeline_bounds
 from layersched.schedule.budget import Budget, check_memory, pipeline_tasks
-from layersched.schedule.graph import TaskGraph, build_graph, parse_action, placement, to_problem
+from layersched.schedule.graph import TaskGraph, build_graph, compute_orders, parse_action, placement, to_problem
 from layersched.schedule.metrics import schedule_metrics
 from layersched.schedule.templates import TemplateError, check_stages_per_rank, get_template, template_orders
 from solvers import Result, Schedule, time_orders, validate
@@ -82,10 +82,9 @@ class Solution:
         if self.compute is not None:
             return [list(acts) for acts in self.compute]
         names = self.tasks.names
-        R = self.pipe.num_ranks
         return [
-            [names[t] for t in order if parse_action(names[t])[2] is not None]
-            for order in self.schedule.orders(self.tasks.problem)[:R]
+            [names[t] for t in order]
+            for order in compute_orders(self.tasks.problem, self.schedule, self.pipe.num_ranks)
         ]
 
 
