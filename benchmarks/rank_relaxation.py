@@ -55,7 +55,7 @@ from layersched.describe.config import load_problem
 from layersched.describe.stages import pipeline_from_spec
 from layersched.formats.export import check_output, write_text
 from layersched.schedule.bounds import pipeline_bounds
-from layersched.schedule.graph import parse_action
+from layersched.schedule.graph import compute_orders
 from layersched.schedule.solve import complete_orders, task_graph
 from layersched.schedule.templates import template_orders
 from solvers import Problem, Schedule
@@ -140,9 +140,8 @@ def complete(tasks, actions: list[str], time_limit: float, bound: int) -> tuple[
 
 
 def rank_order(tasks, schedule: Schedule, rank: int = 0) -> list[int]:
-    """The compute passes of ``rank`` in ``schedule``, in start order."""
-    order = schedule.orders(tasks.problem)[tasks.processor_of_rank(rank)]
-    return [t for t in order if parse_action(tasks.names[t])[2] is not None]
+    """The compute passes of ``rank`` in ``schedule``, in start order (`compute_orders`)."""
+    return compute_orders(tasks.problem, schedule, rank + 1)[rank]
 
 
 def held_steps(
@@ -152,16 +151,14 @@ def held_steps(
     (`with_order`), every other rank free: for each window (``window`` passes, from pass ``first``
     every ``stride``, ``rounds`` sweeps) the coarse levels search that problem from the current
     schedule for ``step`` seconds, and what they find replaces it where shorter. ``log(line)`` hears
-    of each step. The best schedule; valid on the row. ValueError where rank 0 has no pass ``first``."""
+    of each step. The best schedule; valid on the row. ``first`` must be one of rank 0's passes."""
     problem = tasks.problem
     current, value = schedule, schedule.objective(problem, "span")
     passes = len(rank_order(tasks, current))  # the same in every schedule of the row
-    if first >= passes:
-        raise ValueError(f"rank 0 has {passes} passes (0-{passes - 1}); the first window starts at {first}")
     for r in range(rounds):
         for a in range(first, max(first + 1, passes - window // 2), stride):
             order = rank_order(tasks, current)
-            b = min(len(order), a + window)
+            b = min(passes, a + window)
             t0 = time.perf_counter()
             found, _ = improve_coarse(
                 with_order(problem, order, (a, b)), current, objective="span", time_limit=step, bound=bound
@@ -192,6 +189,27 @@ def _ints(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"expected integers separated by commas, got {text!r}") from None
 
 
+def _orders(flag: str, path: Path) -> tuple[list[list[str]], int]:
+    """The per-rank ``actions`` of the JSON file ``path`` (a schedule file's, tests/data's) and its
+    rank count, one of the rows'; else one line naming ``flag`` and the file."""
+    try:
+        actions = json.loads(path.read_text())["actions"]
+        return actions, _ranks(flag, path, len(actions))
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise SystemExit(f"{flag} {path}: expected a JSON file with per-rank 'actions' ({e})") from None
+
+
+def _ranks(flag: str, path: Path, ranks: int | str) -> int:
+    """``ranks`` as one of the rows' rank counts; else one line naming ``flag`` and ``path``."""
+    try:
+        p = int(ranks)
+    except ValueError:
+        raise SystemExit(f"{flag} {path}: expected torch:P with P a rank count, got {path}") from None
+    if p not in MICROBATCHES:
+        raise SystemExit(f"{flag} {path}: {p} ranks; the rows have {', '.join(map(str, MICROBATCHES))}")
+    return p
+
+
 def _complete(files: list[Path], time_limit: float, console: Console) -> None:
     """``--complete``: for each file, the row of its rank count with rank 0 held to its order."""
     table = Table(title=f"1.5B interleaved rows, rank 0 held to a given order: improve_coarse {time_limit:g} s")
@@ -200,14 +218,7 @@ def _complete(files: list[Path], time_limit: float, console: Console) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for path in files:
             torch = str(path).startswith("torch:")
-            try:
-                actions = None if torch else json.loads(path.read_text())["actions"]
-                p = int(str(path)[6:]) if torch else len(actions)
-            except (OSError, ValueError, KeyError, TypeError) as e:
-                what = "torch:P or a JSON file with per-rank 'actions'"
-                raise SystemExit(f"--complete {path}: expected {what} ({e})") from None
-            if p not in MICROBATCHES:
-                raise SystemExit(f"--complete {path}: {p} ranks; the rows have {', '.join(map(str, MICROBATCHES))}")
+            actions, p = (None, _ranks("--complete", path, str(path)[6:])) if torch else _orders("--complete", path)
             pipe, tasks, bound = _row(tmp, p)
             if torch:
                 actions = template_orders("interleaved-zb", pipe)
@@ -237,13 +248,7 @@ def _complete(files: list[Path], time_limit: float, console: Console) -> None:
 
 def _held(path: Path, args, console: Console) -> None:
     """``--held``: held steps (`held_steps`) from the orders of ``path``, on the row of its rank count."""
-    try:
-        actions = json.loads(path.read_text())["actions"]
-        p = len(actions)
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise SystemExit(f"--held {path}: expected a JSON file with per-rank 'actions' ({e})") from None
-    if p not in MICROBATCHES:
-        raise SystemExit(f"--held {path}: {p} ranks; the rows have {', '.join(map(str, MICROBATCHES))}")
+    actions, p = _orders("--held", path)
     with tempfile.TemporaryDirectory() as tmp:
         pipe, tasks, bound = _row(tmp, p)
     problem = tasks.problem
@@ -286,7 +291,7 @@ def _held(path: Path, args, console: Console) -> None:
     console.print(table)
     console.print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
     if args.out:
-        orders = [[tasks.names[t] for t in rank_order(tasks, found, r)] for r in range(p)]
+        orders = [[tasks.names[t] for t in order] for order in compute_orders(problem, found, p)]
         about = f"held steps (benchmarks/rank_relaxation.py --held) from {path.name}: span {after}, bound {bound}"
         write_text(args.out, json.dumps({"about": about, "actions": orders}) + "\n")  # whole or not at all
 
