@@ -54,15 +54,25 @@ def heterogeneous(draw, max_tasks: int = 12, max_processors: int = 3, memory: bo
 def brute_force(problem: Problem, objective: str = "makespan") -> tuple[int, Schedule] | None:
     """Best valid earliest-start schedule over all processor assignments and processor orders
     (``None`` when none validates). Every schedule it returns is valid, so nothing proven optimal
-    may beat it; it can miss optima that overlap zero-length tasks with others."""
+    may beat it; it can miss optima that overlap zero-length tasks with others. Assignments go from
+    the least to the most loaded processor, and stop where that load alone reaches the best value
+    found (the makespan and the span are each at least every processor's work)."""
     n, P = problem.num_tasks, problem.num_processors
     g = nx.DiGraph(problem.edges.tolist())
     g.add_nodes_from(range(n))
     later = {t: nx.descendants(g, t) for t in range(n)}
+    on = np.array([problem.durations_on(np.full(n, q)) for q in range(P)]).reshape(P, n)
+
+    def load(assign: tuple[int, ...]) -> int:  # the busiest processor's work: no schedule ends before it
+        return max(np.bincount(assign, weights=on[assign, range(n)], minlength=P), default=0) if n else 0
+
+    assignments = [
+        a for a in itertools.product(range(P), repeat=n) if all(problem.allowed[t, q] for t, q in enumerate(a))
+    ]
     best = None
-    for assign in itertools.product(range(P), repeat=n):
-        if not all(problem.allowed[t, q] for t, q in enumerate(assign)):
-            continue
+    for assign in sorted(assignments, key=load):  # least loaded first, so the rest can be cut off
+        if best is not None and load(assign) >= best[0]:
+            break  # this and every later assignment keep a processor busy at least as long as the best
         per = [[t for t in range(n) if assign[t] == q] for q in range(P)]
         choices = [
             [
