@@ -285,7 +285,8 @@ def test_the_tail_step_widens_its_window_while_each_is_proven_and_then_beats_one
     assert list(cuts(torch_order, 2)) == list(tail_cut(tasks, torch_order, forwards=3))
     assert cuts(torch_order, 2 * 6) is None  # each rank has 12 forwards: a 13th-last cuts nothing
     assert cuts(torch_order, 2 * 6 - 1) is not None
-    got, info = improve_tails(problem, torch_order, cuts, objective="span", time_limit=20, bound=bound, workers=1)
+    # 8 s: twice what 3 improvements in 5 windows took on the 2-core VM (613,229 in 4 s, one worker)
+    got, info = improve_tails(problem, torch_order, cuts, objective="span", time_limit=8, bound=bound, workers=1)
     validate(problem, got)
     assert bound <= got.span(problem) < 621_199
     assert info["windows"] >= 2 and info["improvements"] >= 2
