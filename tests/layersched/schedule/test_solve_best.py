@@ -314,7 +314,7 @@ def test_best_runs_the_tail_step_and_lists_it(monkeypatch):
     doc["pipeline"].update(
         stages=6, stages_per_rank=2, microbatches=6, memory_limit=6 * doc["pipeline"]["memory_forward"]
     )
-    sol = solve_best(pipeline_from_spec(ProblemSpec.model_validate(doc)), time_limit=30)
+    sol = solve_best(pipeline_from_spec(ProblemSpec.model_validate(doc)), time_limit=15)
     listed = sol.info["candidates"]
     assert listed["tail (split)"] < listed["interleaved-zb"] == 625_715
     assert sol.metrics["value"] <= listed["tail (split)"]
