@@ -25,7 +25,8 @@ def small(**fields):
 @pytest.mark.parametrize("fields", [{}, {"stages": 4, "stages_per_rank": 2, "placement": "v"}])
 def test_points_are_valid_bounded_and_never_slower_with_more_memory(fields):
     pipe = small(**fields)
-    f = frontier(pipe, points=4, time_limit=5)
+    # the V row is not proven at any point, so each search runs out its time: 2 s there is enough
+    f = frontier(pipe, points=4, time_limit=2 if fields else 5)
     limits = [p.limit for p in f.points]
     assert limits == sorted(set(limits)) and limits[0] == pipe.least_memory()
     for p in f.points:
