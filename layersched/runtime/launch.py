@@ -80,10 +80,9 @@ def check_device(device: str | None, processes: int = 1, rank_bytes: int = RANK_
     if device not in (None, "cpu", "cuda"):
         raise SpecError(f"--device {device!r}: use 'cpu' or 'cuda'")
     from layersched.formats.units import fmt_mem
-    from layersched.schedule.budget import available_memory
+    from layersched.schedule.budget import short_of
 
-    have = available_memory()
-    if have is not None and processes * rank_bytes > have:
+    if (have := short_of(processes * rank_bytes)) is not None:
         raise SpecError(
             f"{processes:,} processes need about {fmt_mem(processes * rank_bytes)} of memory before their model's "
             f"({fmt_mem(rank_bytes)} each), more than the {fmt_mem(have)} this machine has available; use fewer "

@@ -52,11 +52,18 @@ def available_memory() -> int | None:
     return None
 
 
+def short_of(need: int) -> int | None:
+    """The bytes available (`available_memory`) when ``need`` is more than that, else None (also where
+    the system does not say). What a command asks of this machine's memory is checked this one way."""
+    have = available_memory()
+    return have if have is not None and need > have else None
+
+
 def check_memory(num_tasks: int) -> None:
     """`TooLarge` when ``num_tasks`` tasks at `BYTES_PER_TASK` need more memory than is available: the
     command would otherwise run for a long time and then fail for memory."""
-    need, have = num_tasks * BYTES_PER_TASK, available_memory()
-    if have is not None and need > have:
+    need = num_tasks * BYTES_PER_TASK
+    if (have := short_of(need)) is not None:
         raise TooLarge(
             f"the task graph has {num_tasks:,} tasks; with its schedule and file that needs about "
             f"{_size(need)} (about {BYTES_PER_TASK // 1024} KiB a task), more than the {_size(have)} this "
