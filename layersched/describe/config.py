@@ -39,8 +39,10 @@ def _not_bool(value):
 NoBool = BeforeValidator(_not_bool)
 NonNeg = Annotated[float, Field(ge=0), NoBool]
 MAX_INT = 10**15
-"""The largest whole number a file may hold (times in the file's unit, bytes, counts): with a million
-tasks their sum still fits a 64-bit integer, and so CP-SAT's domains, with room to spare."""
+"""The largest whole number a file may hold (times in the file's unit, bytes, counts). A schedule file's
+times are held to it too, so one iteration's passes and transfers may add up to at most this
+(`layersched.schedule.graph.to_problem` checks); then every start and end fits a 64-bit integer, and
+CP-SAT's domains, with room to spare."""
 NonNegInt = Annotated[int, Field(ge=0, le=MAX_INT), NoBool]
 PosInt = Annotated[int, Field(ge=1, le=MAX_INT), NoBool]
 Stages = Annotated[int, Field(ge=1, le=4096), NoBool]

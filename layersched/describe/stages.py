@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from layersched.describe.config import DeviceSpec, LayerSpec, ProblemSpec, SpecError
+from layersched.describe.config import MAX_INT, DeviceSpec, LayerSpec, ProblemSpec, SpecError
 from layersched.describe.partition import optimal_contiguous
 from layersched.describe.placement import placement
 
@@ -93,6 +93,21 @@ class Pipeline:
 
 def _ints(values) -> np.ndarray:
     return np.asarray(values, dtype=np.int64)
+
+
+def _whole(values, what: str, unit: str, source: str) -> np.ndarray:
+    """A model's per-stage figures (seconds already turned into ns), rounded to whole numbers; `SpecError`
+    naming the first stage whose figure is not finite or above `MAX_INT`, the most a problem holds
+    (a layer's forward of 1e19 s once ended in an OverflowError)."""
+    a = np.asarray(values, dtype=float).reshape(-1)
+    bad = ~np.isfinite(a) | (a > MAX_INT)
+    if bad.any():
+        s = int(np.argmax(bad))
+        raise SpecError(
+            f"{source}: {what} of stage {s} comes to {a[s]:.6g} {unit}, more than the {MAX_INT:.0e} a problem "
+            "may hold; check the model's and the cluster's figures"
+        )
+    return np.rint(a).astype(np.int64)
 
 
 def optimizer_seconds(
@@ -227,32 +242,42 @@ def _model_pipeline(
     elif sorted(i for idx in parts for i in idx) != list(range(len(layers))) or len(parts) != S or not all(parts):
         raise ValueError(f"parts: expected {S} non-empty runs covering units 0..{len(layers) - 1} in order")
 
-    def per_stage(f: str, scale: float = 1.0) -> np.ndarray:
-        return _ints([round(tot[f][idx].sum() * scale) for idx in parts])
-
     ns = float(NS_PER_SECOND)
+
+    def per_stage(f: str, scale: float = 1.0) -> np.ndarray:
+        unit = "ns" if scale == ns else "bytes"
+        return _whole([tot[f][idx].sum() * scale for idx in parts], f.replace("_", " "), unit, source)
+
     params = per_stage("param_bytes")
     # the stage's output crosses to the next stage's rank: same node unless the cluster says not
-    transfer = _ints(
-        [
-            round(cluster.link(s % ranks, (s + 1) % ranks).time(tot["output_bytes"][parts[s][-1]]) * ns)
-            for s in range(S - 1)
-        ]
+    transfer = _whole(
+        [cluster.link(s % ranks, (s + 1) % ranks).time(tot["output_bytes"][parts[s][-1]]) * ns for s in range(S - 1)],
+        "the transfer after",
+        "ns",
+        source,
     )
     dp = train.data_parallel
     # ring all-reduce of the stage's gradients across the data-parallel replicas (across nodes when
     # the replicas sit on different nodes, i.e. devices pipeline*k apart)
     dp_link = cluster.link(0, ranks) if dp > 1 else cluster.intra_node
-    allreduce = _ints(
+    allreduce = _whole(
         [
-            round((2 * (dp - 1) / dp * b / dp_link.bandwidth + 2 * (dp - 1) * dp_link.latency) * ns) if dp > 1 else 0
+            (2 * (dp - 1) / dp * b / dp_link.bandwidth + 2 * (dp - 1) * dp_link.latency) * ns if dp > 1 else 0
             for b in params
-        ]
+        ],
+        "the gradient all-reduce",
+        "ns",
+        source,
     )
     dev = cluster.device
     tot["optimizer"] = optimizer_seconds(layers, model.dtype_bytes, train.optimizer_bytes_per_param, dev)
     optimizer = per_stage("optimizer", ns)
-    static = _ints([round(b * (2 + train.optimizer_bytes_per_param / model.dtype_bytes)) for b in params])
+    static = _whole(
+        [b * (2 + train.optimizer_bytes_per_param / model.dtype_bytes) for b in params],
+        "weights, gradients and optimizer state",
+        "bytes",
+        source,
+    )
     static_per_rank = np.zeros(ranks, dtype=np.int64)
     np.add.at(static_per_rank, placement(S, ranks, train.placement or "loop"), static)
     capacity = train.memory_limit or int(dev.memory_bytes - static_per_rank.max())
@@ -284,9 +309,12 @@ def _model_pipeline(
         static_memory=static,
         placement=_placement(train.placement),
         action_overhead=(
-            {k: round(v * ns) for k, v in dev.action_overhead.items()}
+            {
+                k: int(_whole([v * ns], f"the cost per {k} action", "ns", source)[0])
+                for k, v in dev.action_overhead.items()
+            }
             if isinstance(dev.action_overhead, dict)
-            else round(dev.action_overhead * ns)
+            else int(_whole([dev.action_overhead * ns], "the cost per action", "ns", source)[0])
         ),
         backward=per_stage("backward", ns) if any(s.backward is not None for x in layers for s in x.leaves()) else None,
     )

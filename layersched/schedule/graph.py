@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import networkx as nx
 import numpy as np
 
+from layersched.describe.config import MAX_INT, SpecError
 from layersched.describe.placement import placement  # noqa: F401 (re-exported for templates and tests)
 from layersched.describe.stages import Pipeline
 from solvers import Problem, Schedule
@@ -138,7 +139,11 @@ class TaskGraph:
 
 def to_problem(g: nx.DiGraph, capacity: int | None = None) -> TaskGraph:
     """Lower ``g`` to a `solvers.Problem`: processors are the ranks, then one network processor
-    per rank when the graph has all-reduce nodes. Each task is bound to its rank's processor."""
+    per rank when the graph has all-reduce nodes. Each task is bound to its rank's processor.
+
+    `SpecError` when the passes and transfers of one iteration add up to more than `MAX_INT`: every
+    schedule timed from orders ends before that sum, and a schedule file holds times up to it (a
+    stage-level forward of 1e15 once solved, then failed on writing with 1,726 validation errors)."""
     R = g.graph["num_ranks"]
     names = list(g.nodes)
     index = {n: i for i, n in enumerate(names)}
@@ -163,4 +168,10 @@ def to_problem(g: nx.DiGraph, capacity: int | None = None) -> TaskGraph:
         names=tuple(names),
         processor_names=tuple(pnames),
     )
+    horizon = problem.duration.sum(dtype=float) + problem.delay.sum(dtype=float)
+    if horizon > MAX_INT:
+        raise SpecError(
+            f"{g.graph['name']}: the passes and transfers of one iteration add up to {horizon:.6g} time units, more "
+            f"than the {MAX_INT:.0e} a schedule file holds; give the times in a coarser unit or use fewer micro-batches"
+        )
     return TaskGraph(graph=g, problem=problem, index=index)

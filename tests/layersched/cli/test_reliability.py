@@ -277,6 +277,32 @@ def test_an_architecture_too_large_for_the_cost_model_is_one_line(tmp_path, caps
     assert "sizes (hidden, seq_len, microbatch_size, ...) are too large" in err[0]
 
 
+@pytest.mark.parametrize(
+    "where, value, needle",
+    [
+        # a layer's time in seconds that no whole number of nanoseconds holds: an OverflowError before
+        ("layer", 1e30, "forward of stage 0 comes to 1e+39 ns, more than the 1e+15 a problem may hold"),
+        # each stage fits, but one iteration's passes add up to more than a schedule file holds
+        ("layer", 1e6, "the passes and transfers of one iteration add up to 4e+15 time units, more than the 1e+15"),
+        # the same for a stage-level file: it solved, then writing failed with 1,726 validation errors
+        ("stage", 10**15, "the passes and transfers of one iteration add up to 8e+15 time units, more than the 1e+15"),
+    ],
+)
+@pytest.mark.parametrize("solver", [None, "best"])
+def test_times_too_large_for_a_schedule_are_one_line(tmp_path, capsys, where, value, needle, solver):
+    if where == "layer":
+        doc = yaml.safe_load((PROBLEMS / "mlp-tiny.yaml").read_text())
+        doc["cluster"] = str(PROBLEMS / doc["cluster"])
+        doc["model"]["layers"][0]["forward"] = value
+    else:
+        doc = {**SMALL, "pipeline": {**SMALL["pipeline"], "forward": value}}
+    out = tmp_path / "s.json"
+    args = ["--solver", solver, "--time-limit", "5"] if solver else []
+    code, err = run(capsys, "solve", problem(tmp_path, doc), *args, "--out", out, "--quiet")
+    assert code == 2 and not out.exists()
+    assert len(err) == 1 and needle in err[0]
+
+
 @pytest.mark.parametrize("solver", [None, "best"])
 def test_a_task_graph_larger_than_the_free_memory_is_refused_before_any_work(tmp_path, capsys, monkeypatch, solver):
     """64 stages and a million micro-batches (192 million tasks) ran for minutes and grew past 8 GB
