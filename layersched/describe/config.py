@@ -180,11 +180,11 @@ class DeviceSpec(Strict):
     """A processor: peak rates, memory and the fraction of peak a real kernel achieves."""
 
     name: str
-    peak_flops: Annotated[float, Field(gt=0)]
-    memory_bandwidth: Annotated[float, Field(gt=0)]
+    peak_flops: Annotated[float, Field(gt=0), NoBool]
+    memory_bandwidth: Annotated[float, Field(gt=0), NoBool]
     memory_bytes: PosInt
-    flops_efficiency: Annotated[float, Field(gt=0, le=1)] = 0.5
-    bandwidth_efficiency: Annotated[float, Field(gt=0, le=1)] = 0.7
+    flops_efficiency: Annotated[float, Field(gt=0, le=1), NoBool] = 0.5
+    bandwidth_efficiency: Annotated[float, Field(gt=0, le=1), NoBool] = 0.7
     action_overhead: Annotated[
         NonNeg | dict[Literal["F", "I", "W", "B"], NonNeg],
         Field(
@@ -198,7 +198,7 @@ class DeviceSpec(Strict):
 class LinkSpec(Strict):
     """A link: bandwidth in bytes per second and latency in seconds."""
 
-    bandwidth: Annotated[float, Field(gt=0)]
+    bandwidth: Annotated[float, Field(gt=0), NoBool]
     latency: NonNeg = 0.0
 
     def time(self, nbytes: float) -> float:

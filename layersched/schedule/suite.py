@@ -27,7 +27,15 @@ from typing import Annotated
 
 from pydantic import Field
 
-from layersched.describe.config import ProblemSpec, SpecError, Strict, bundled_problems, load_problem, load_spec
+from layersched.describe.config import (
+    NoBool,
+    ProblemSpec,
+    SpecError,
+    Strict,
+    bundled_problems,
+    load_problem,
+    load_spec,
+)
 from layersched.describe.stages import pipeline_from_spec
 
 COLUMNS = (
@@ -48,8 +56,8 @@ COLUMNS = (
 
 class SuiteProblem(Strict):
     path: str
-    memory_factors: list[Annotated[float, Field(gt=0)]] = [1.0]
-    published: dict[str, float] = Field(
+    memory_factors: list[Annotated[float, Field(gt=0), NoBool]] = [1.0]
+    published: dict[str, Annotated[float, NoBool]] = Field(
         default_factory=dict, description="published bubble rates to print beside ours, by label"
     )
 
@@ -60,7 +68,7 @@ class SuiteSpec(Strict):
     problems: list[SuiteProblem] = Field(min_length=1)
     methods: list[str] = Field(min_length=1)
     objective: str | None = None
-    time_limit: Annotated[float, Field(gt=0)] = 60.0
+    time_limit: Annotated[float, Field(gt=0), NoBool] = 60.0
 
 
 def find_suite(name_or_path: str) -> Path:

@@ -179,6 +179,40 @@ def test_bad_input_files(tmp_path, capsys, name, content, needle):
     assert not (tmp_path / "s.json").exists()
 
 
+@pytest.mark.parametrize(
+    "field",
+    [
+        ("cluster", "device", "peak_flops"), ("cluster", "device", "memory_bandwidth"),
+        ("cluster", "device", "flops_efficiency"), ("cluster", "device", "bandwidth_efficiency"),
+        ("cluster", "intra_node", "bandwidth"),
+    ],
+)  # fmt: skip
+def test_a_cluster_number_given_as_yes_is_refused(tmp_path, capsys, field):
+    """A cluster's rates and efficiencies took ``true`` (YAML's ``yes``, ``on``) for 1 and solved."""
+    doc = yaml.safe_load((PROBLEMS / "mlp-tiny.yaml").read_text())
+    doc["cluster"] = yaml.safe_load((PROBLEMS / doc["cluster"]).read_text())
+    doc["cluster"][field[1]][field[2]] = True
+    code, err = run(capsys, "solve", problem(tmp_path, doc), "--out", tmp_path / "s.json")
+    assert code == 2 and len(err) == 1 and f"{'.'.join(field)}: expected a number, got true" in err[0]
+
+
+@pytest.mark.parametrize("where", ["time_limit", "memory_factors", "published"])
+def test_a_suite_number_given_as_yes_is_refused(tmp_path, capsys, where):
+    suite = {"name": "s", "problems": [{"path": str(PROBLEMS / "zb-1.5b.yaml")}], "methods": ["1f1b"]}
+    needle = {"time_limit": "time_limit", "memory_factors": "problems.0.memory_factors.0",
+              "published": "problems.0.published.x"}[where]  # fmt: skip
+    if where == "time_limit":
+        suite["time_limit"] = True
+    elif where == "memory_factors":
+        suite["problems"][0]["memory_factors"] = [True]
+    else:
+        suite["problems"][0]["published"] = {"x": True}
+    path = tmp_path / "suite.yaml"
+    path.write_text(yaml.safe_dump(suite))
+    code, err = run(capsys, "bench", path, "--out-dir", tmp_path / "out")
+    assert code == 2 and len(err) == 1 and f"{needle}: expected a number, got true" in err[0], err
+
+
 def test_a_file_too_large_or_without_end_is_refused_without_filling_memory(tmp_path, capsys, monkeypatch):
     """`layersched solve /dev/zero` read until the machine's memory was gone (14 GB in 20 s). Now a
     regular file is judged by its size and anything else is read up to the cap; a pipe under it works."""
