@@ -43,6 +43,10 @@ MAX_INT = 10**15
 times are held to it too, so one iteration's passes and transfers may add up to at most this
 (`layersched.schedule.graph.to_problem` checks); then every start and end fits a 64-bit integer, and
 CP-SAT's domains, with room to spare."""
+MAX_SECONDS = MAX_INT / 1e9
+"""The most seconds a layer's pass, a link's latency or an action's overhead may take: `MAX_INT` in
+nanoseconds, the unit a model-level problem is timed in (a million seconds, eleven days)."""
+Seconds = Annotated[float, Field(ge=0, le=MAX_SECONDS), NoBool]
 NonNegInt = Annotated[int, Field(ge=0, le=MAX_INT), NoBool]
 PosInt = Annotated[int, Field(ge=1, le=MAX_INT), NoBool]
 Stages = Annotated[int, Field(ge=1, le=4096), NoBool]
@@ -75,18 +79,18 @@ class LayerSpec(Strict):
     """
 
     name: str
-    forward: NonNeg = 0.0
-    backward_input: NonNeg = 0.0
-    backward_weight: NonNeg = 0.0
+    forward: Seconds = 0.0
+    backward_input: Seconds = 0.0
+    backward_weight: Seconds = 0.0
     backward: Annotated[
-        NonNeg | None,
+        Seconds | None,
         Field(
             description="seconds of a fused backward (input and weight gradients in one pass); when "
             "left out, backward_input + backward_weight"
         ),
     ] = None
     optimizer: Annotated[
-        NonNeg | None,
+        Seconds | None,
         Field(
             description="seconds of the optimizer step over the layer's parameters; when left out, "
             "estimated from its parameter bytes and the device's memory bandwidth"
@@ -186,7 +190,7 @@ class DeviceSpec(Strict):
     flops_efficiency: Annotated[float, Field(gt=0, le=1), NoBool] = 0.5
     bandwidth_efficiency: Annotated[float, Field(gt=0, le=1), NoBool] = 0.7
     action_overhead: Annotated[
-        NonNeg | dict[Literal["F", "I", "W", "B"], NonNeg],
+        Seconds | dict[Literal["F", "I", "W", "B"], Seconds],
         Field(
             description="seconds every compute action costs beyond its layers' time: the runtime's "
             "dispatch and bookkeeping (the profiler measures it). One figure for every kind, or one "
@@ -199,7 +203,7 @@ class LinkSpec(Strict):
     """A link: bandwidth in bytes per second and latency in seconds."""
 
     bandwidth: Annotated[float, Field(gt=0), NoBool]
-    latency: NonNeg = 0.0
+    latency: Seconds = 0.0
 
     def time(self, nbytes: float) -> float:
         return self.latency + nbytes / self.bandwidth if nbytes else 0.0

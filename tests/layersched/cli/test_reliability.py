@@ -301,13 +301,14 @@ def test_a_model_level_limit_below_one_micro_batch_is_one_line(tmp_path, capsys)
 
 
 def test_an_architecture_too_large_for_the_cost_model_is_one_line(tmp_path, capsys):
-    """A sequence of 10**9 tokens gives a layer 8e19 bytes of activations, past what a layer may hold:
+    """A sequence of 10**9 tokens gives a layer 8e19 bytes of activations and a forward of 1.6e8 s, past
+    what a layer may hold (the time is named first since layer times are held to a million seconds):
     pydantic's report of the cost model's own layer came out over four lines."""
     doc = model_level_doc()
     doc["model"]["architecture"]["seq_len"] = 10**9
     code, err = run(capsys, "solve", problem(tmp_path, doc), "--quiet")
     assert code == 2 and len(err) == 1
-    assert "the cost model gives layer 'block0' activation_bytes = 8e+19" in err[0]
+    assert "the cost model gives layer 'block0' forward = 1.554e+08: input should be less than or equal to" in err[0]
     assert "sizes (hidden, seq_len, microbatch_size, ...) are too large" in err[0]
 
 
@@ -315,7 +316,9 @@ def test_an_architecture_too_large_for_the_cost_model_is_one_line(tmp_path, caps
     "where, value, needle",
     [
         # a layer's time in seconds that no whole number of nanoseconds holds: an OverflowError before
-        ("layer", 1e30, "forward of stage 0 comes to 1e+39 ns, more than the 1e+15 a problem may hold"),
+        ("layer", 1e30, "model.layers.0.forward: Input should be less than or equal to 1000000"),
+        # each layer's optimizer step in range, but not the two of the first stage together
+        ("optimizer", 6e5, "optimizer of stage 0 comes to 1.2e+15 ns, more than the 1e+15 a problem may hold"),
         # each stage fits, but one iteration's passes add up to more than a schedule file holds
         ("layer", 1e6, "the passes and transfers of one iteration add up to 4e+15 time units, more than the 1e+15"),
         # the same for a stage-level file: it solved, then writing failed with 1,726 validation errors
@@ -324,10 +327,11 @@ def test_an_architecture_too_large_for_the_cost_model_is_one_line(tmp_path, caps
 )
 @pytest.mark.parametrize("solver", [None, "best"])
 def test_times_too_large_for_a_schedule_are_one_line(tmp_path, capsys, where, value, needle, solver):
-    if where == "layer":
+    if where != "stage":
         doc = yaml.safe_load((PROBLEMS / "mlp-tiny.yaml").read_text())
         doc["cluster"] = str(PROBLEMS / doc["cluster"])
-        doc["model"]["layers"][0]["forward"] = value
+        for layer in doc["model"]["layers"][: 1 if where == "layer" else 2]:
+            layer[where if where == "optimizer" else "forward"] = value
     else:
         doc = {**SMALL, "pipeline": {**SMALL["pipeline"], "forward": value}}
     out = tmp_path / "s.json"
