@@ -98,13 +98,14 @@ def _ints(values) -> np.ndarray:
 def _whole(values, what: str, unit: str, source: str) -> np.ndarray:
     """A model's per-stage figures (seconds already turned into ns), rounded to whole numbers; `SpecError`
     naming the first stage whose figure is not finite or above `MAX_INT`, the most a problem holds
-    (a layer's forward of 1e19 s once ended in an OverflowError)."""
+    (a layer's forward of 1e30 s once ended in an OverflowError). ``what`` names the figure with
+    ``{s}`` for the stage: ``"forward of stage {s}"``."""
     a = np.asarray(values, dtype=float).reshape(-1)
     bad = ~np.isfinite(a) | (a > MAX_INT)
     if bad.any():
         s = int(np.argmax(bad))
         raise SpecError(
-            f"{source}: {what} of stage {s} comes to {a[s]:.6g} {unit}, more than the {MAX_INT:.0e} a problem "
+            f"{source}: {what.format(s=s)} comes to {a[s]:.6g} {unit}, more than the {MAX_INT:.0e} a problem "
             "may hold; check the model's and the cluster's figures"
         )
     return np.rint(a).astype(np.int64)
@@ -246,13 +247,13 @@ def _model_pipeline(
 
     def per_stage(f: str, scale: float = 1.0) -> np.ndarray:
         unit = "ns" if scale == ns else "bytes"
-        return _whole([tot[f][idx].sum() * scale for idx in parts], f.replace("_", " "), unit, source)
+        return _whole([tot[f][idx].sum() * scale for idx in parts], f.replace("_", " ") + " of stage {s}", unit, source)
 
     params = per_stage("param_bytes")
     # the stage's output crosses to the next stage's rank: same node unless the cluster says not
     transfer = _whole(
         [cluster.link(s % ranks, (s + 1) % ranks).time(tot["output_bytes"][parts[s][-1]]) * ns for s in range(S - 1)],
-        "the transfer after",
+        "the transfer after stage {s}",
         "ns",
         source,
     )
@@ -265,7 +266,7 @@ def _model_pipeline(
             (2 * (dp - 1) / dp * b / dp_link.bandwidth + 2 * (dp - 1) * dp_link.latency) * ns if dp > 1 else 0
             for b in params
         ],
-        "the gradient all-reduce",
+        "the gradient all-reduce of stage {s}",
         "ns",
         source,
     )
@@ -274,7 +275,7 @@ def _model_pipeline(
     optimizer = per_stage("optimizer", ns)
     static = _whole(
         [b * (2 + train.optimizer_bytes_per_param / model.dtype_bytes) for b in params],
-        "weights, gradients and optimizer state",
+        "the weights, gradients and optimizer state of stage {s}",
         "bytes",
         source,
     )
