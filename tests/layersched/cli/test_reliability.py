@@ -440,6 +440,46 @@ def test_fuzz_problem_files_exit_0_or_2_without_traceback(tmp_path, capsys, path
         assert len(err.strip().splitlines()) == 1 and err.startswith("layersched solve: error: ")
 
 
+def _model_level_base() -> dict:
+    """The bundled four-layer toy with its cluster written inline, so that the fuzz reaches its fields."""
+    doc = yaml.safe_load((PROBLEMS / "mlp-tiny.yaml").read_text())
+    doc["cluster"] = yaml.safe_load((PROBLEMS / doc["cluster"]).read_text())
+    return doc
+
+
+MODEL_KEYS = [
+    *[["model", "layers", i, k] for i in (0, 2) for k in (
+        "forward", "backward_input", "backward_weight", "backward", "optimizer", "activation_bytes",
+        "kept_for_weight_grad", "param_bytes", "output_bytes")],
+    *[["cluster", "device", k] for k in (
+        "peak_flops", "memory_bandwidth", "memory_bytes", "flops_efficiency", "bandwidth_efficiency",
+        "action_overhead")],
+    ["cluster", "intra_node", "bandwidth"], ["cluster", "intra_node", "latency"], ["cluster", "nodes"],
+    *[["training", k] for k in ("microbatches", "microbatch_size", "pipeline", "memory_limit",
+                                "optimizer_bytes_per_param", "data_parallel", "stages_per_rank")],
+]  # fmt: skip
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(path=st.sampled_from(MODEL_KEYS), value=VALUES, how=st.sampled_from(["replace", "delete"]))
+def test_fuzz_model_level_files_exit_0_or_2_without_traceback(tmp_path, capsys, path, value, how):
+    """The fuzz above on a model-level file: a layer's forward of 1e30 s was an OverflowError there,
+    and a cluster's rates took true for 1."""
+    data = _mutate(_model_level_base(), path, value, how)
+    f = tmp_path / "p.yaml"
+    f.write_text(yaml.safe_dump(data))
+    out = tmp_path / "s.json"
+    out.unlink(missing_ok=True)
+    code = main(["solve", str(f), "--solver", "list", "--quiet", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code in (0, 2) and "Traceback" not in err
+    assert (code == 0) == out.exists()
+    if code == 2:
+        assert len(err.strip().splitlines()) == 1 and err.startswith("layersched solve: error: ")
+    if value is True and how == "replace" and path[-1] not in ("name",):
+        assert code == 2 and "expected a number, got true" in err
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(key=st.sampled_from(["format_version", "tasks", "actions", "metrics", "pipeline", "name", "objective"]),
        value=VALUES, how=st.sampled_from(["replace", "delete"]))  # fmt: skip
