@@ -142,8 +142,10 @@ def to_problem(g: nx.DiGraph, capacity: int | None = None) -> TaskGraph:
     per rank when the graph has all-reduce nodes. Each task is bound to its rank's processor.
 
     `SpecError` when the passes and transfers of one iteration add up to more than `MAX_INT`: every
-    schedule timed from orders ends before that sum, and a schedule file holds times up to it (a
-    stage-level forward of 1e15 once solved, then failed on writing with 1,726 validation errors)."""
+    schedule timed from orders ends by that sum, and a schedule file holds times up to it (a
+    stage-level forward of 1e15 once solved, then failed on writing with 1,726 validation errors).
+    The check is on the safe side: with ranks working in parallel a schedule may end well before the
+    sum, but that sum is then already over eleven days of work per iteration in nanoseconds."""
     R = g.graph["num_ranks"]
     names = list(g.nodes)
     index = {n: i for i, n in enumerate(names)}
