@@ -409,6 +409,20 @@ BASE = {
 }  # fmt: skip
 
 
+def _solve_exits_0_or_2(tmp_path, capsys, problem_file) -> tuple[int, str]:
+    """``solve`` on a fuzzed file: exit 0 with the schedule written, or exit 2 with one line and
+    nothing written; never a traceback. Returns the exit status and what went to stderr."""
+    out = tmp_path / "s.json"
+    out.unlink(missing_ok=True)
+    code = main(["solve", str(problem_file), "--solver", "list", "--quiet", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code in (0, 2) and "Traceback" not in err
+    assert (code == 0) == out.exists()
+    if code == 2:
+        assert len(err.strip().splitlines()) == 1 and err.startswith("layersched solve: error: ")
+    return code, err
+
+
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     path=st.sampled_from(KEYS),
@@ -430,14 +444,7 @@ def test_fuzz_problem_files_exit_0_or_2_without_traceback(tmp_path, capsys, path
         raw = raw[: cut % (len(raw) + 1)] + junk + raw[cut % (len(raw) + 1) :]
     f = tmp_path / ("p.json" if form == "json" else "p.yaml")
     f.write_bytes(raw)
-    out = tmp_path / "s.json"
-    out.unlink(missing_ok=True)
-    code = main(["solve", str(f), "--solver", "list", "--quiet", "--out", str(out)])
-    err = capsys.readouterr().err
-    assert code in (0, 2) and "Traceback" not in err
-    assert (code == 0) == out.exists()
-    if code == 2:
-        assert len(err.strip().splitlines()) == 1 and err.startswith("layersched solve: error: ")
+    _solve_exits_0_or_2(tmp_path, capsys, f)
 
 
 def _model_level_base() -> dict:
@@ -468,14 +475,7 @@ def test_fuzz_model_level_files_exit_0_or_2_without_traceback(tmp_path, capsys, 
     data = _mutate(_model_level_base(), path, value, how)
     f = tmp_path / "p.yaml"
     f.write_text(yaml.safe_dump(data))
-    out = tmp_path / "s.json"
-    out.unlink(missing_ok=True)
-    code = main(["solve", str(f), "--solver", "list", "--quiet", "--out", str(out)])
-    err = capsys.readouterr().err
-    assert code in (0, 2) and "Traceback" not in err
-    assert (code == 0) == out.exists()
-    if code == 2:
-        assert len(err.strip().splitlines()) == 1 and err.startswith("layersched solve: error: ")
+    code, err = _solve_exits_0_or_2(tmp_path, capsys, f)
     node = _model_level_base()
     for key in path[:-1]:
         node = node[key]
