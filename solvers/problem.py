@@ -267,14 +267,18 @@ class Problem:
             set_(self, "link", link)
         self._check_total_time()
 
-    def _check_total_time(self) -> None:
-        """``ValueError`` when the durations (each task's slowest) and the delays (over the slowest
-        link) add up to more than `MAX_TIME`; summed as floats, which cannot overflow."""
+    def total_time(self) -> float:
+        """The durations (each task's slowest) and the delays (over the slowest link) added up, as a
+        float, which cannot overflow: every schedule timed from orders ends by it."""
         slowest = self.mode_duration.max(axis=1, initial=0)
         if self.duration_on is not None:
             slowest = np.maximum(slowest, np.where(self.allowed, self.duration_on, 0).max(axis=1, initial=0))
         factor = float(self.link.max(initial=1)) if self.link is not None else 1.0
-        total = float(slowest.astype(np.float64).sum()) + factor * float(self.delay.astype(np.float64).sum())
+        return float(slowest.astype(np.float64).sum()) + factor * float(self.delay.astype(np.float64).sum())
+
+    def _check_total_time(self) -> None:
+        """``ValueError`` when `total_time` is more than `MAX_TIME`."""
+        total = self.total_time()
         if total > MAX_TIME:
             raise ValueError(
                 f"durations and delays add up to {total:.3g} time units, more than {MAX_TIME:.3g}: times that "

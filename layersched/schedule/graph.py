@@ -170,7 +170,7 @@ def to_problem(g: nx.DiGraph, capacity: int | None = None) -> TaskGraph:
         names=tuple(names),
         processor_names=tuple(pnames),
     )
-    horizon = problem.duration.sum(dtype=float) + problem.delay.sum(dtype=float)
+    horizon = problem.total_time()
     if horizon > MAX_INT:
         raise SpecError(
             f"{g.graph['name']}: the passes and transfers of one iteration add up to {horizon:.6g} time units, more "
