@@ -309,13 +309,10 @@ def _model_pipeline(
         objective=train.objective,
         static_memory=static,
         placement=_placement(train.placement),
-        action_overhead=(
-            {
-                k: int(_whole([v * ns], f"the cost per {k} action", "ns", source)[0])
-                for k, v in dev.action_overhead.items()
-            }
+        action_overhead=(  # at most MAX_SECONDS each (the field's cap): MAX_INT in ns
+            {k: round(v * ns) for k, v in dev.action_overhead.items()}
             if isinstance(dev.action_overhead, dict)
-            else int(_whole([dev.action_overhead * ns], "the cost per action", "ns", source)[0])
+            else round(dev.action_overhead * ns)
         ),
         backward=per_stage("backward", ns) if any(s.backward is not None for x in layers for s in x.leaves()) else None,
     )
