@@ -189,8 +189,7 @@ def test_bad_input_files(tmp_path, capsys, name, content, needle):
 )  # fmt: skip
 def test_a_cluster_number_given_as_yes_is_refused(tmp_path, capsys, field):
     """A cluster's rates and efficiencies took ``true`` (YAML's ``yes``, ``on``) for 1 and solved."""
-    doc = yaml.safe_load((PROBLEMS / "mlp-tiny.yaml").read_text())
-    doc["cluster"] = yaml.safe_load((PROBLEMS / doc["cluster"]).read_text())
+    doc = _model_level_base()
     doc["cluster"][field[1]][field[2]] = True
     code, err = run(capsys, "solve", problem(tmp_path, doc), "--out", tmp_path / "s.json")
     assert code == 2 and len(err) == 1 and f"{'.'.join(field)}: expected a number, got true" in err[0]
@@ -328,8 +327,7 @@ def test_an_architecture_too_large_for_the_cost_model_is_one_line(tmp_path, caps
 @pytest.mark.parametrize("solver", [None, "best"])
 def test_times_too_large_for_a_schedule_are_one_line(tmp_path, capsys, where, value, needle, solver):
     if where != "stage":
-        doc = yaml.safe_load((PROBLEMS / "mlp-tiny.yaml").read_text())
-        doc["cluster"] = str(PROBLEMS / doc["cluster"])
+        doc = _model_level_base()
         for layer in doc["model"]["layers"][: 1 if where == "layer" else 2]:
             layer[where if where == "optimizer" else "forward"] = value
     else:
