@@ -197,8 +197,10 @@ def check_structure(doc: ScheduleFile) -> None:
     """The file's tasks and edges must be the task graph its pipeline record describes: rebuilt here
     with `layersched.schedule.graph.build_graph` from the stages, micro-batches, backward mode and
     placement, with each stage's costs read from micro-batch 0. So an edge deleted by hand, a task
-    added or dropped, or one micro-batch costing differently from the others is named, whatever the
-    stored edges say. `SpecError` on the first difference."""
+    added or dropped, one micro-batch costing differently from the others, or a task on another
+    processor than the placement record puts its stage (preflight and the torchtitan export read
+    the record, the runner and torch's CSV the tasks) is named, whatever the stored edges say.
+    `SpecError` on the first difference."""
     from layersched.describe.stages import Pipeline
     from layersched.schedule.graph import build_graph
 
@@ -241,6 +243,15 @@ def check_structure(doc: ScheduleFile) -> None:
         raise SpecError(f"tasks: {what} (the pipeline record describes {g.number_of_nodes()} tasks)")
     for name, data in g.nodes(data=True):
         t = tasks[name]
+        own = data["rank"] + (R if data["kind"] == "R" else 0)  # as `to_problem` binds it: network after ranks
+        if t.processor != own:
+            where = f"on rank {data['rank']}" + ("'s network processor" if data["kind"] == "R" else "")
+            raise SpecError(
+                f"tasks: {name} runs on processor {t.processor}, but stage_to_rank places stage "
+                f"{parse_action(name)[0]} {where} (processor {own})"
+            )
+        if t.allowed is not None and list(t.allowed) != [own]:
+            raise SpecError(f"tasks: {name} may run on processors {list(t.allowed)}; a pipeline's task runs on {own}")
         if (t.duration, t.memory) != (data["duration"], data["memory"]):
             s, kind, _ = parse_action(name)
             raise SpecError(

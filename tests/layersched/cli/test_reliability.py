@@ -644,6 +644,10 @@ def test_a_precedence_broken_with_its_edge_deleted_is_caught(tmp_path, capsys):
         (lambda d: d["tasks"].append({**d["tasks"][0], "name": "9F0"}), "tasks: 9F0 is not part of this pipeline"),
         (lambda d: d["edges"].append(["0F0", "7W9", 0]), "edges: 0F0 -> 7W9 is not part of this pipeline"),
         (lambda d: d["edges"].__setitem__(0, [*d["edges"][0][:2], d["edges"][0][2] + 7]), "has delay"),
+        # the placement record and the tasks' processors must agree: preflight and the torchtitan export
+        # read the record, the runner and torch's CSV the tasks
+        (lambda d: d["pipeline"]["stage_to_rank"].__setitem__(-1, 0), "tasks: 7F0 runs on processor 7"),
+        (lambda d: next(t for t in d["tasks"] if t["name"] == "2W5").update(allowed=[2, 3]), "tasks: 2W5 may run on"),
     ],
 )
 def test_validate_rebuilds_the_graph_and_the_metrics(tmp_path, capsys, change, needle):
