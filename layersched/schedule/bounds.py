@@ -9,8 +9,9 @@ between stages on different ranks:
   of ``I(z)``: every micro-batch's ``F(a)`` starts at or after ``t0``. Until then only forwards run,
   and nothing is freed, so their activations fit in the limit together; a forward of stage ``s`` is
   not there before ``t0`` plus the chain from ``a`` to ``s``. The most forward work that fits in the
-  window (the rank's stages under the limit, released at those offsets, on one processor) leaves the
-  rest of ``D`` idle.
+  window (the rank's stages under the limit, released at those offsets, on one processor, with at
+  least one forward of each stage: the first ``I``'s micro-batch runs them all before it) leaves
+  the rest of ``D`` idle.
 - **Cool-down.** After the start of the last ``F(a)`` lies at least the chain from ``F(a)`` back to
   ``I(a)``, then ``I(a)`` and ``W(a)``. That micro-batch's own passes on ``q`` fill part of it; the
   rest only micro-batches already in flight can fill. Each whose ``I(a)`` is still to come holds at
@@ -134,12 +135,16 @@ def _most_work(items: list[tuple[int, float, int]], cap: float) -> float:
 
 
 def _warm_work(window: int, items: list[tuple[int, int, int]], cap: float, m: int) -> float:
-    """The most forward work that can fill the warm-up window (see the module text)."""
+    """The most forward work that can fill the warm-up window (see the module text). The micro-batch
+    of the rank's first ``I`` has run its forward of every one of the rank's stages before it, so
+    the counts tried start at one each: with a slow first stage, a window filled only with its
+    forwards is not a schedule."""
     most = [m if mem <= 0 or cap == np.inf else min(m, int(cap // mem)) for _, _, mem in items]
     if np.prod([n + 1.0 for n in most]) > EXACT_COMBINATIONS:
         return _done_by(window, items, most, cap)
+    least = 1 if min(most, default=0) >= 1 else 0  # none fits at all: no schedule; bound as before
     best = 0.0
-    for counts in product(*(range(n + 1) for n in most)):
+    for counts in product(*(range(least, n + 1) for n in most)):
         if sum(n * mem for n, (_, _, mem) in zip(counts, items, strict=True)) <= cap:
             best = max(best, _done_by(window, items, counts))
     return best

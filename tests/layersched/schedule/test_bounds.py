@@ -197,6 +197,21 @@ def test_warm_up_and_cool_down_idles_add_when_held_forwards_overflow():
     assert optimum.result.status == "optimal" and optimum.metrics["value"] >= 18 + 14 + 9
 
 
+def test_the_warm_up_window_holds_a_forward_of_each_of_the_ranks_stages():
+    """Rank 0 holds stages 0 (F = 3) and 2 (F = 1); transfers 5, limit 3 forwards, 3 micro-batches.
+    Its first I, I(2), starts at least 3+1+1+1 + 4 hops + I(3) = 27 after F(0). Three F(0) would fill
+    9 of that window, but the micro-batch of that I needs its F(2) before it too, so at most two F(0)
+    and one F(2) fill it: 7, and 20 idle where 18 was counted before. 24 of work, 21 of cool-down
+    idle (the held forwards overflow the limit, so the two idles add)."""
+    pipe = stage_pipeline(
+        stages=4, stages_per_rank=2, placement="loop", microbatches=3, forward=[3, 1, 1, 1], backward_input=1,
+        backward_weight=1, transfer=5, memory_forward=1, memory_freed_by_weight=0, memory_limit=3,
+    )  # fmt: skip
+    assert pipeline_bounds(pipe, pipe.stage_to_rank(), "span")["pipeline_idle"] == 24 + 20 + 21
+    optimum = solve_pipeline(pipe, solver="cpsat", objective="span", time_limit=30)
+    assert optimum.result.status == "optimal" and optimum.metrics["value"] >= 24 + 20 + 21
+
+
 def test_held_apart_queues_micro_batches_that_cannot_be_deep_on_a_rank_together():
     """Rank 0 holds stages 0 and 2, one unit of memory each, under a limit of 2 (F=3, I=2, W=1,
     transfer 2, 3 micro-batches). From F(2) to the end of I(2) (14) a micro-batch holds both units,
