@@ -11,7 +11,9 @@ between stages on different ranks:
   not there before ``t0`` plus the chain from ``a`` to ``s``. The most forward work that fits in the
   window (the rank's stages under the limit, released at those offsets, on one processor, with at
   least one forward of each stage: the first ``I``'s micro-batch runs them all before it) leaves
-  the rest of ``D`` idle.
+  the rest of ``D`` idle. Should the first ``I`` come ``x`` later, those forwards may run in that
+  extra time, but every release lies inside ``D``, so a window ``x`` longer holds at most ``x`` more
+  work: the idle is no less.
 - **Cool-down.** After the start of the last ``F(a)`` lies at least the chain from ``F(a)`` back to
   ``I(a)``, then ``I(a)`` and ``W(a)``. That micro-batch's own passes on ``q`` fill part of it; the
   rest only micro-batches already in flight can fill. Each whose ``I(a)`` is still to come holds at
