@@ -43,7 +43,7 @@ from layersched.describe.config import (
     format_validation_error,
     read_data,
 )
-from layersched.schedule.graph import compute_orders, parse_action
+from layersched.schedule.graph import compute_orders, parse_action, processor_of
 from solvers import UNLIMITED, Problem, Schedule
 
 FORMAT_VERSION = 1
@@ -243,7 +243,7 @@ def check_structure(doc: ScheduleFile) -> None:
         raise SpecError(f"tasks: {what} (the pipeline record describes {g.number_of_nodes()} tasks)")
     for name, data in g.nodes(data=True):
         t = tasks[name]
-        own = data["rank"] + (R if data["kind"] == "R" else 0)  # as `to_problem` binds it: network after ranks
+        own = processor_of(data["rank"], data["kind"], R)
         if t.processor != own:
             where = f"on rank {data['rank']}" + ("'s network processor" if data["kind"] == "R" else "")
             raise SpecError(

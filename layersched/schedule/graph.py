@@ -134,7 +134,13 @@ class TaskGraph:
         return self.problem.names  # type: ignore[return-value]
 
     def processor_of_rank(self, rank: int, network: bool = False) -> int:
-        return rank + (self.graph.graph["num_ranks"] if network else 0)
+        return processor_of(rank, "R" if network else "F", self.graph.graph["num_ranks"])
+
+
+def processor_of(rank: int, kind: str, num_ranks: int) -> int:
+    """The processor `to_problem` binds a task of ``kind`` on ``rank`` to: the rank's own, or for an
+    all-reduce (``R``) the rank's network processor, numbered after the ranks."""
+    return rank + (num_ranks if kind == "R" else 0)
 
 
 def to_problem(g: nx.DiGraph, capacity: int | None = None) -> TaskGraph:
@@ -152,9 +158,7 @@ def to_problem(g: nx.DiGraph, capacity: int | None = None) -> TaskGraph:
     kinds = [g.nodes[n]["kind"] for n in names]
     network = "R" in kinds
     P = 2 * R if network else R
-    proc = np.array(
-        [g.nodes[n]["rank"] + (R if k == "R" else 0) for n, k in zip(names, kinds, strict=False)], dtype=np.int64
-    )
+    proc = np.array([processor_of(g.nodes[n]["rank"], k, R) for n, k in zip(names, kinds, strict=True)], dtype=np.int64)
     allowed = np.zeros((len(names), P), dtype=bool)
     allowed[np.arange(len(names)), proc] = True
     edges = np.array([(index[u], index[v]) for u, v in g.edges], dtype=np.int64).reshape(-1, 2)
