@@ -814,7 +814,11 @@ under 18 activations (60 s: 1.78-1.92% gap before, 2.06-2.12% with it)."""
 
 
 def _memory_binds_little(pipe: Pipeline) -> str | None:
-    """Why `paced-greedy` need not run in ``best`` here (see `PACED_MEMORY_SHARE`), or None."""
+    """Why `paced-greedy` need not run in ``best`` here (see `PACED_MEMORY_SHARE`), or None. The share
+    is that of memory time without its ramps (``memory_time``), the figure it was measured with.
+    ``memory_ramps`` (session 39) is larger: with it the gate would open on four rows of
+    `benchmarks/multichunk.py` that it keeps closed, two of them under 1F1B's memory, where
+    `paced-greedy` never won in that measurement."""
     from layersched.schedule.bounds import pipeline_bounds
 
     if pipe.capacity is None:

@@ -218,16 +218,37 @@ def test_held_apart_queues_micro_batches_that_cannot_be_deep_on_a_rank_together(
     so no other may be between its own F(0) and I(0) then. So the next one's F(2) starts only after
     this one's I(0) has ended (8 later) and after its own F(0) (10 before its F(2)) came after this
     I(2): 14 + max(8, 10) apart. Before the first: the chain to F(2), 10; after the last: to its W(0),
-    23. Memory time spreads the same holding over the limit and proves only 69."""
+    23. Memory time spreads the same holding over the limit and proves only 69 (71 with its ramps:
+    the limit is reached no sooner than one F after the first, and left no later than one I before
+    the end, which takes 1.5 + 1 of the 2 L it allows, and 2 L - 2.5 >= 3 * (32 + 14) needs L = 71)."""
     pipe = stage_pipeline(
         stages=4, stages_per_rank=2, placement="loop", microbatches=3, forward=3, backward_input=2,
         backward_weight=1, transfer=2, memory_forward=1, memory_freed_by_weight=0, memory_limit=2,
     )  # fmt: skip
     bounds = pipeline_bounds(pipe, pipe.stage_to_rank(), "span")
     assert bounds["held_apart"] == 10 + 2 * (14 + 10) + 23 == 81
-    assert max(v for k, v in bounds.items() if k != "held_apart") == bounds["memory_time"] == 69
+    assert bounds["memory_time"] == 69
+    assert max(v for k, v in bounds.items() if k != "held_apart") == bounds["memory_ramps"] == 71
     optimum = solve_pipeline(pipe, solver="cpsat", objective="span", time_limit=30)
     assert optimum.result.status == "optimal" and optimum.metrics["value"] == 81
+
+
+def test_memory_time_with_its_ramps_counts_the_limit_filling_and_emptying():
+    """Three ranks, two stages each (loop), 8 micro-batches, F = I = 3, W = 1, transfer 1; a forward
+    takes 2 units and W frees none; limit 8 (four activations). On rank 0 a micro-batch holds stage
+    0's activation for 46 (six forwards, six I, ten transfers) and stage 3's for 22, so 8 * 2 * 68 =
+    1,088 unit-times: memory time proves 136. But the limit fills by at most one forward's 2 units per
+    3: from the first forward's 2 to 8 takes 9, and 27 of the 8 L is lost; it empties by at most an
+    I's 2 per 3, another 27 at the end. 8 L - 54 >= 1,088 needs L = 143, above every other bound."""
+    pipe = stage_pipeline(
+        stages=6, stages_per_rank=2, placement="loop", microbatches=8, forward=3, backward_input=3,
+        backward_weight=1, transfer=1, memory_forward=2, memory_freed_by_weight=0, memory_limit=8,
+    )  # fmt: skip
+    bounds = pipeline_bounds(pipe, pipe.stage_to_rank(), "span")
+    assert bounds["memory_time"] == 136
+    assert bounds["memory_ramps"] == 143 > max(v for k, v in bounds.items() if k != "memory_ramps")
+    found = solve_pipeline(pipe, solver="best", objective="span", time_limit=5)
+    assert found.result.lower_bound == 143 <= found.metrics["value"]
 
 
 def test_held_apart_lets_as_many_micro_batches_in_flight_as_the_limit_holds():
@@ -235,14 +256,15 @@ def test_held_apart_lets_as_many_micro_batches_in_flight_as_the_limit_holds():
     activations. On rank 0 each micro-batch holds its activation for its whole round trip, at least
     20, and at most two hold one at once: the 3rd starts after one of the first two has ended, the 5th
     after one of the 3rd and 4th, so at least 2 * 20 after the first, and it ends 22 after its start:
-    62. The memory relay, 50, is the best of the other bounds."""
+    62. The best of the other bounds is memory time with its ramps, 51 (the memory relay: 50)."""
     pipe = stage_pipeline(
         stages=3, microbatches=5, forward=2, backward_input=2, backward_weight=2, transfer=2,
         memory_forward=1, memory_freed_by_weight=0, memory_limit=2,
     )  # fmt: skip
     bounds = pipeline_bounds(pipe, [0, 1, 2], "span")
     assert bounds["held_apart"] == 2 * 20 + 22 == 62
-    assert max(v for k, v in bounds.items() if k != "held_apart") == 50
+    assert max(v for k, v in bounds.items() if k not in ("held_apart", "memory_ramps")) == 50
+    assert bounds["memory_ramps"] == 51
     optimum = solve_pipeline(pipe, solver="cpsat", objective="span", time_limit=30)
     assert optimum.result.status == "optimal" and optimum.metrics["value"] == 62
 
