@@ -302,6 +302,8 @@ def _memory_ramps(
     best = 0
     for q in range(max(rank) + 1):
         mine = [s for s in range(len(rank)) if rank[s] == q]
+        if not mine:  # a rank that holds no stage holds no memory
+            continue
         area = _held_area(rank, q, m, I, W, mf, mw, chain)
         # one forward's memory and the fastest rate at which forwards allocate; one pass's freeing (a
         # fused B frees a whole activation) and the fastest rate at which I, W or B passes free

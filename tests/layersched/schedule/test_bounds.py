@@ -248,7 +248,7 @@ def test_memory_time_with_its_ramps_counts_the_limit_filling_and_emptying():
     assert bounds["memory_time"] == 136
     assert bounds["memory_ramps"] == 143 > max(v for k, v in bounds.items() if k != "memory_ramps")
     found = solve_pipeline(pipe, solver="best", objective="span", time_limit=5)
-    assert found.result.lower_bound == 143 <= found.metrics["value"]
+    assert 143 <= found.result.lower_bound <= found.metrics["value"]  # CP-SAT may prove more
 
 
 def test_held_apart_lets_as_many_micro_batches_in_flight_as_the_limit_holds():
