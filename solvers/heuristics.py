@@ -438,10 +438,17 @@ def _tie_order(seed: int, processors: int) -> np.ndarray:
 def pair_weight(processors: int) -> float:
     """HEFT's rank with the link cost averaged over every pair of processors, a processor with
     itself counted once as a link that costs nothing: ``(P-1)/(P+1)`` of the mean between two
-    different ones. saga's HEFT ranks so (its network lists each processor's link to itself), and
+    different ones. saga's HEFT averages so (its network lists each processor's link to itself), and
     `best` runs it as ``heft-pairs`` (P > 1 only). On the 100-task classes of
     `benchmarks/solvers_bench.py` it took `best`'s median over 10 seeds from above saga's HEFT's to
-    below it (layered, 4 heterogeneous processors: 476.5 to 471, saga 475.5)."""
+    below it (layered, 4 heterogeneous processors: 476.5 to 471, saga 475.5).
+
+    It is not saga's rank exactly: the weight scales `solvers.listsched.mean_delays`, which already
+    counts the chance ``1 - 1/P`` that two tasks land on different processors, and saga's does not,
+    so saga's weight here would be ``P/(P+1)``. That weight does not give saga's schedules either
+    (session 39, layered, 5,000 tasks on 32 unequal processors, seeds 0-2: 3099, 3043 and 2740; saga's
+    HEFT 3105, 3034 and 2727; this weight 3100, 3052 and 2740), so ties or the rank's precision (ours
+    in 1/64 steps) differ too. It was not changed, as `best`'s table against saga was measured with it."""
     return (processors - 1) / (processors + 1)
 
 
