@@ -270,11 +270,10 @@ def _through(rank: list[int], m: int, F, I, W, c: list[int], down, objective: st
     return best
 
 
-def _held_area(rank: list[int], q: int, m: int, I, W, mf: list[int], mw: list[int], chain) -> int:
-    """Memory times seconds that ``q``'s stages' activations are held at least (see memory time in the
-    module text): each micro-batch's from the start of its forward to the end of its ``I``, the part
-    ``W`` frees to the end of its ``W``."""
-    mine = [s for s in range(len(rank)) if rank[s] == q]
+def _held_area(mine: list[int], m: int, I, W, mf: list[int], mw: list[int], chain) -> int:
+    """Memory times seconds that the activations of a rank's stages ``mine`` are held at least (see
+    memory time in the module text): each micro-batch's from the start of its forward to the end of
+    its ``I``, the part ``W`` frees to the end of its ``W``."""
     return m * sum((mf[s] - mw[s]) * (chain(s, s) + int(I[s])) + mw[s] * (chain(s, s) + int(I[s] + W[s])) for s in mine)
 
 
@@ -285,11 +284,11 @@ def _memory_time(rank: list[int], m: int, I, W, mf: list[int], mw: list[int], ca
     part ``W`` frees, to the end of its ``W``). 0 where nothing is held."""
     best = 0
     for q in range(max(rank) + 1):
-        area = _held_area(rank, q, m, I, W, mf, mw, chain)
+        mine = [s for s in range(len(rank)) if rank[s] == q]
+        area = _held_area(mine, m, I, W, mf, mw, chain)
         if area > 0:
             span = -(-area // cap)
-            first = min(s for s in range(len(rank)) if rank[s] == q)
-            best = max(best, span if objective == "span" else int(down[first]) + span)
+            best = max(best, span if objective == "span" else int(down[mine[0]]) + span)
     return best
 
 
@@ -304,7 +303,7 @@ def _memory_ramps(
         mine = [s for s in range(len(rank)) if rank[s] == q]
         if not mine:  # a rank that holds no stage holds no memory
             continue
-        area = _held_area(rank, q, m, I, W, mf, mw, chain)
+        area = _held_area(mine, m, I, W, mf, mw, chain)
         # one forward's memory and the fastest rate at which forwards allocate; one pass's freeing (a
         # fused B frees a whole activation) and the fastest rate at which I, W or B passes free
         up = max(mf[s] for s in mine), max(_rate(mf[s], F[s]) for s in mine)
@@ -344,9 +343,8 @@ def _held_at_most(span: int, cap: float, up: tuple[float, float], down: tuple[fl
         """The integral of ``min(cap, v0 + slope t)`` over ``t`` in ``[0, length]``."""
         if length <= 0:
             return 0.0
-        flat = max(0.0, min(length, (cap - v0) / slope))  # until the ramp meets the limit
-        start = min(v0, cap)
-        return flat * (start + min(cap, v0 + slope * flat)) / 2 + (length - flat) * cap
+        flat = max(0.0, min(length, (cap - v0) / slope))  # until the ramp meets the limit (0 from above it)
+        return flat * (v0 + min(cap, v0 + slope * flat)) / 2 + (length - flat) * cap
 
     # below the limit the two ramps cross at most once: up to the crossing the rising one is the lesser
     cross = min(L, max(0.0, (f + d * L - a) / (r + d)))
