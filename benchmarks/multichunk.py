@@ -41,6 +41,7 @@ import tempfile
 from pathlib import Path
 
 import yaml
+from machine_speed import describe, speed
 from rich.console import Console
 from rich.table import Table
 
@@ -221,6 +222,8 @@ def main() -> None:
     )
     args = ap.parse_args()
     console = Console(width=140)
+    before = speed()
+    console.print(describe(before), style="dim")
     peer_table = Table(title="peers at the same memory limit (timed on our graph, validated)")
     best_table = Table(title=f"best, {args.runs} runs, min / median / max (--time-limit {args.time_limit:g})")
     for col in ("row", "peer", "bubble"):
@@ -252,6 +255,7 @@ def main() -> None:
         f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; wall and peak "
         "memory of each solve process (after Python starts)"
     )
+    console.print(f"{describe(before)}, before the rows; after them: {describe(speed()).split(': ', 1)[1]}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,146 @@
+"""How fast this machine is now, so that timed figures from different days can be compared.
+
+A benchmark whose solver runs for a fixed wall-clock time (``best --time-limit 60``) gets more
+search done on a faster machine, and the 2-core VM we measure on is not equally fast every day:
+session 40 re-ran commit 6528893's `best` on the p=4, m=8 interleaved row and got gaps of 0.58% and
+0.29% where session 30 had recorded 0.00% twice with the same code. A figure is only comparable
+with one taken at the same speed, so the benchmarks print this one beside theirs.
+
+Two fixed workloads, each the median of ``repeats`` timings:
+- **CP-SAT**: a job shop (10 jobs, 10 machines, durations from a fixed seed) solved to a proven
+  optimum (910) with one worker and a fixed seed. That makes the same moves every run, so the work
+  is the same and only the wall time it takes varies (about 2.5 s on the 2-core VM). The objective
+  it ends at is printed too: a different one means the work was not the same (another OR-Tools
+  version, say). A deterministic time limit caps the work should a version not prove it;
+- **Python**: list scheduling (`solvers.listsched.list_schedule`) of a fixed random layered DAG of
+  10,000 tasks on 8 processors: the interpreter's speed, which the templates, polish and the
+  simulations of `best` run at.
+
+Usage: python benchmarks/machine_speed.py [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+from solvers import Problem
+from solvers.listsched import list_schedule
+
+JOBS = MACHINES = 10
+DETERMINISTIC_SECONDS = 3.0
+"""The cap on CP-SAT's deterministic time (OR-Tools 9.15 proves the optimum after 0.46)."""
+
+
+def jobs() -> list[list[tuple[int, int]]]:
+    """The job shop: ``JOBS`` jobs, each visiting every one of ``MACHINES`` machines once in a random
+    order, as (machine, duration 1-99) steps; the same every call."""
+    rng = np.random.default_rng(0)
+    return [[(int(m), int(rng.integers(1, 100))) for m in rng.permutation(MACHINES)] for _ in range(JOBS)]
+
+
+def job_shop_lower_bound() -> int:
+    """The most work any machine or job of the job shop has: no schedule is shorter."""
+    steps = jobs()
+    per_machine = [sum(d for job in steps for m, d in job if m == q) for q in range(MACHINES)]
+    return max(max(per_machine), max(sum(d for _, d in job) for job in steps))
+
+
+def _job_shop() -> tuple[cp_model.CpModel, cp_model.IntVar]:
+    """The job shop as a CP-SAT model minimising the makespan."""
+    model = cp_model.CpModel()
+    horizon = 100 * JOBS * MACHINES
+    on_machine: list[list] = [[] for _ in range(MACHINES)]
+    ends = []
+    for j, job in enumerate(jobs()):
+        previous = None
+        for m, d in job:
+            start = model.new_int_var(0, horizon, f"s{j}_{m}")
+            on_machine[m].append(model.new_fixed_size_interval_var(start, d, f"i{j}_{m}"))
+            if previous is not None:
+                model.add(start >= previous)
+            previous = start + d
+        ends.append(previous)
+    for intervals in on_machine:
+        model.add_no_overlap(intervals)
+    makespan = model.new_int_var(0, horizon, "makespan")
+    for end in ends:
+        model.add(makespan >= end)
+    model.minimize(makespan)
+    return model, makespan
+
+
+def cpsat_seconds(deterministic: float = DETERMINISTIC_SECONDS) -> tuple[float, int]:
+    """Wall seconds of one CP-SAT run of the job shop for ``deterministic`` seconds of CP-SAT's
+    deterministic time, and the makespan it ends at."""
+    model, makespan = _job_shop()
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    solver.parameters.random_seed = 0
+    solver.parameters.max_deterministic_time = deterministic
+    t = time.perf_counter()
+    solver.solve(model)
+    return time.perf_counter() - t, int(solver.value(makespan))
+
+
+def _layered(n: int = 10_000, processors: int = 8) -> Problem:
+    """A fixed random layered DAG: layers of 16 tasks, each task fed by up to 3 of the layer before."""
+    rng = np.random.default_rng(1)
+    edges = []
+    for v in range(16, n):
+        layer = v // 16
+        for u in rng.choice(16, size=int(rng.integers(1, 4)), replace=False):
+            edges.append(((layer - 1) * 16 + int(u), v))
+    e = np.array(edges, dtype=np.int64)
+    return Problem(
+        duration=rng.integers(1, 100, size=n),
+        num_processors=processors,
+        edges=e,
+        delay=rng.integers(0, 50, size=len(e)),
+    )
+
+
+def python_seconds(problem: Problem | None = None) -> float:
+    """Wall seconds of one list scheduling of the fixed layered DAG."""
+    problem = problem if problem is not None else _layered()
+    t = time.perf_counter()
+    list_schedule(problem)
+    return time.perf_counter() - t
+
+
+def speed(repeats: int = 3) -> dict:
+    """The median wall seconds of each workload over ``repeats`` timings, and CP-SAT's end value."""
+    runs = [cpsat_seconds() for _ in range(repeats)]
+    problem = _layered()
+    python_seconds(problem)  # the first call pays for imports and caches
+    return {
+        "cpsat_s": statistics.median(s for s, _ in runs),
+        "cpsat_value": sorted({v for _, v in runs}),
+        "python_s": statistics.median(python_seconds(problem) for _ in range(repeats)),
+    }
+
+
+def describe(result: dict) -> str:
+    """One line for a benchmark's footer."""
+    values = ", ".join(map(str, result["cpsat_value"]))
+    return (
+        f"machine speed (benchmarks/machine_speed.py, medians): CP-SAT {result['cpsat_s']:.2f} s "
+        f"(ends at {values}), Python {result['python_s'] * 1000:.0f} ms; smaller is faster"
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=3, help="timings per workload (default 3)")
+    args = ap.parse_args()
+    if args.repeats < 1:
+        ap.error("--repeats: expected at least 1")
+    print(describe(speed(args.repeats)))
+
+
+if __name__ == "__main__":
+    main()
