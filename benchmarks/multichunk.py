@@ -41,7 +41,7 @@ import tempfile
 from pathlib import Path
 
 import yaml
-from machine_speed import describe, speed
+from machine_speed import HEADING, describe, speed
 from rich.console import Console
 from rich.table import Table
 
@@ -223,7 +223,7 @@ def main() -> None:
     args = ap.parse_args()
     console = Console(width=140)
     before = speed()
-    console.print(describe(before), style="dim")
+    console.print(f"{HEADING}: {describe(before)}", style="dim")
     peer_table = Table(title="peers at the same memory limit (timed on our graph, validated)")
     best_table = Table(title=f"best, {args.runs} runs, min / median / max (--time-limit {args.time_limit:g})")
     for col in ("row", "peer", "bubble"):
@@ -255,7 +255,7 @@ def main() -> None:
         f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; wall and peak "
         "memory of each solve process (after Python starts)"
     )
-    console.print(f"{describe(before)}, before the rows; after them: {describe(speed()).split(': ', 1)[1]}")
+    console.print(f"{HEADING}: {describe(before)} before the rows, {describe(speed())} after them")
 
 
 if __name__ == "__main__":
