@@ -22,10 +22,12 @@ Usage: python benchmarks/machine_speed.py [--repeats 3]
 from __future__ import annotations
 
 import argparse
+import platform
 import statistics
 import time
 
 import numpy as np
+import ortools
 from ortools.sat.python import cp_model
 
 from solvers import Problem
@@ -121,13 +123,18 @@ def speed(repeats: int = 3) -> dict:
         "cpsat_s": statistics.median(s for s, _ in runs),
         "cpsat_value": sorted({v for _, v in runs}),
         "python_s": statistics.median(python_seconds(problem) for _ in range(repeats)),
+        "versions": f"Python {platform.python_version()}, ortools {ortools.__version__}, numpy {np.__version__}",
     }
 
 
 def describe(result: dict) -> str:
-    """``result`` in a few words: "CP-SAT 2.51 s (ends at 910), Python 118 ms"."""
+    """``result`` in a few words: "CP-SAT 2.51 s (ends at 910), Python 118 ms (Python 3.11.7, ortools
+    9.15.6755, numpy 2.4.6)". The versions are part of it: a newer numpy or OR-Tools moves both."""
     values = ", ".join(map(str, result["cpsat_value"]))
-    return f"CP-SAT {result['cpsat_s']:.2f} s (ends at {values}), Python {result['python_s'] * 1000:.0f} ms"
+    return (
+        f"CP-SAT {result['cpsat_s']:.2f} s (ends at {values}), Python {result['python_s'] * 1000:.0f} ms "
+        f"({result['versions']})"
+    )
 
 
 HEADING = "machine speed (benchmarks/machine_speed.py, medians; smaller is faster)"

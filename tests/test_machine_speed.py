@@ -38,5 +38,5 @@ def test_the_python_workload_is_a_fixed_valid_problem(bench):
     assert (a.duration == b.duration).all() and (a.edges == b.edges).all()
     result = list_schedule(a)
     assert result.schedule is not None and not violations(a, result.schedule, limit=1)
-    line = bench.describe({"cpsat_s": 2.5, "cpsat_value": [910], "python_s": 0.12})
-    assert line == "CP-SAT 2.50 s (ends at 910), Python 120 ms"
+    line = bench.describe({"cpsat_s": 2.5, "cpsat_value": [910], "python_s": 0.12, "versions": "Python 3.11.7"})
+    assert line == "CP-SAT 2.50 s (ends at 910), Python 120 ms (Python 3.11.7)"
