@@ -536,9 +536,16 @@ BAND_STEP = 3.0
 """Seconds per band step: each re-solves the whole model, so shorter steps leave CP-SAT too little
 after building it (3 s: about 20 steps a minute on the 1.5B interleaved row, 1,728 passes)."""
 
-POLISH_SHARE = 0.25
-"""At most this share of a backward mode's search polishes its starting schedule (it usually reaches a
-local optimum well before: 6 s on the 4,608 tasks of the ZB-V row)."""
+POLISH_SHARE = 0.5
+"""At most this share of a backward mode's search polishes its starting schedule. It often reaches a
+local optimum well before (6 s on the 4,608 tasks of the ZB-V row), but not always: on the V rows under
+tight memory (p=16 under 18 activations, p=12 under 16) it still improves the span after a quarter of
+60 s, and stops at a local optimum after about 26 s. With a quarter (until session 40) those rows gave
+2.50-3.08% (5 runs) and 2.58% (3); with half 1.77% and 1.64%, and the other rows of
+`benchmarks/multichunk.py` ended within their spreads (one run each, 2-core VM, session 40;
+benchmarks/results/polish_share-2core-vm.txt). Where polish improves only its secondary score it
+takes the whole cap, from CP-SAT and the steps after it; on the interleaved rows that cost nothing
+measurable."""
 
 
 def canonical(tasks: TaskGraph, schedule: Schedule) -> Schedule:
