@@ -30,6 +30,7 @@ import numpy as np
 import ortools
 from ortools.sat.python import cp_model
 
+from layersched.cli.options import positive_int
 from solvers import Problem
 from solvers.listsched import list_schedule
 
@@ -77,8 +78,8 @@ def _job_shop() -> tuple[cp_model.CpModel, cp_model.IntVar]:
 
 
 def cpsat_seconds(deterministic: float = DETERMINISTIC_SECONDS) -> tuple[float, int]:
-    """Wall seconds of one CP-SAT run of the job shop for ``deterministic`` seconds of CP-SAT's
-    deterministic time, and the makespan it ends at."""
+    """Wall seconds of one CP-SAT run of the job shop, stopped after at most ``deterministic`` seconds
+    of CP-SAT's deterministic time (by default it proves the optimum first), and the makespan it ends at."""
     model, makespan = _job_shop()
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
@@ -115,7 +116,8 @@ def python_seconds(problem: Problem | None = None) -> float:
 
 
 def speed(repeats: int = 3) -> dict:
-    """The median wall seconds of each workload over ``repeats`` timings, and CP-SAT's end value."""
+    """The median wall seconds of each workload over ``repeats`` timings, the values CP-SAT ended at,
+    and the versions of Python, OR-Tools and numpy that ran them."""
     runs = [cpsat_seconds() for _ in range(repeats)]
     problem = _layered()
     python_seconds(problem)  # the first call pays for imports and caches
@@ -142,10 +144,8 @@ HEADING = "machine speed (benchmarks/machine_speed.py, medians; smaller is faste
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeats", type=int, default=3, help="timings per workload (default 3)")
+    ap.add_argument("--repeats", type=positive_int, default=3, help="timings per workload (default 3)")
     args = ap.parse_args()
-    if args.repeats < 1:
-        ap.error("--repeats: expected at least 1")
     print(f"{HEADING}: {describe(speed(args.repeats))}")
 
 
