@@ -13,8 +13,8 @@ Two fixed workloads, each the median of ``repeats`` timings:
   it ends at is printed too: a different one means the work was not the same (another OR-Tools
   version, say). A deterministic time limit caps the work should a version not prove it;
 - **Python**: list scheduling (`solvers.listsched.list_schedule`) of a fixed random layered DAG of
-  10,000 tasks on 8 processors: the interpreter's speed, which the templates, polish and the
-  simulations of `best` run at.
+  10,000 tasks on 8 processors (`solvers_bench.random_layered_problem`, seed 0): the interpreter's
+  speed, which the templates, polish and the simulations of `best` run at.
 
 Usage: python benchmarks/machine_speed.py [--repeats 3]
 """
@@ -29,12 +29,15 @@ import time
 import numpy as np
 import ortools
 from ortools.sat.python import cp_model
+from solvers_bench import random_layered_problem
 
 from layersched.cli.options import positive_int
 from solvers import Problem
 from solvers.listsched import list_schedule
 
 JOBS = MACHINES = 10
+LAYERED_TASKS = 10_000
+"""The Python workload: `solvers_bench.random_layered_problem` of this many tasks (8 processors, seed 0)."""
 DETERMINISTIC_SECONDS = 3.0
 """The cap on CP-SAT's deterministic time (OR-Tools 9.15 proves the optimum after 0.46)."""
 
@@ -90,26 +93,9 @@ def cpsat_seconds(deterministic: float = DETERMINISTIC_SECONDS) -> tuple[float, 
     return time.perf_counter() - t, int(solver.value(makespan))
 
 
-def _layered(n: int = 10_000, processors: int = 8) -> Problem:
-    """A fixed random layered DAG: layers of 16 tasks, each task fed by up to 3 of the layer before."""
-    rng = np.random.default_rng(1)
-    edges = []
-    for v in range(16, n):
-        layer = v // 16
-        for u in rng.choice(16, size=int(rng.integers(1, 4)), replace=False):
-            edges.append(((layer - 1) * 16 + int(u), v))
-    e = np.array(edges, dtype=np.int64)
-    return Problem(
-        duration=rng.integers(1, 100, size=n),
-        num_processors=processors,
-        edges=e,
-        delay=rng.integers(0, 50, size=len(e)),
-    )
-
-
 def python_seconds(problem: Problem | None = None) -> float:
-    """Wall seconds of one list scheduling of the fixed layered DAG."""
-    problem = problem if problem is not None else _layered()
+    """Wall seconds of one list scheduling of ``problem``, by default the fixed layered DAG."""
+    problem = problem if problem is not None else random_layered_problem(LAYERED_TASKS)
     t = time.perf_counter()
     list_schedule(problem)
     return time.perf_counter() - t
@@ -119,7 +105,7 @@ def speed(repeats: int = 3) -> dict:
     """The median wall seconds of each workload over ``repeats`` timings, the values CP-SAT ended at,
     and the versions of Python, OR-Tools and numpy that ran them."""
     runs = [cpsat_seconds() for _ in range(repeats)]
-    problem = _layered()
+    problem = random_layered_problem(LAYERED_TASKS)
     python_seconds(problem)  # the first call pays for imports and caches
     return {
         "cpsat_s": statistics.median(s for s, _ in runs),

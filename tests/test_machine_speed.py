@@ -12,10 +12,16 @@ from tests.paths import ROOT
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("machine_speed", ROOT / "benchmarks" / "machine_speed.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))  # the script imports solvers_bench beside it
+    try:
+        spec = importlib.util.spec_from_file_location("machine_speed", ROOT / "benchmarks" / "machine_speed.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
 
 
 def test_the_cpsat_workload_ends_at_the_same_schedule_each_run_and_not_below_the_work(bench):
@@ -34,9 +40,11 @@ def test_the_job_shop_is_the_same_every_call_and_visits_each_machine_once_per_jo
 
 
 def test_the_python_workload_is_a_fixed_valid_problem(bench):
-    a, b = bench._layered(500), bench._layered(500)
+    a, b = (bench.random_layered_problem(bench.LAYERED_TASKS) for _ in range(2))
+    assert a.num_tasks == bench.LAYERED_TASKS
     assert (a.duration == b.duration).all() and (a.edges == b.edges).all()
     result = list_schedule(a)
     assert result.schedule is not None and not violations(a, result.schedule, limit=1)
+    assert bench.python_seconds(a) > 0
     line = bench.describe({"cpsat_s": 2.5, "cpsat_value": [910], "python_s": 0.12, "versions": "Python 3.11.7"})
     assert line == "CP-SAT 2.50 s (ends at 910), Python 120 ms (Python 3.11.7)"
