@@ -227,10 +227,9 @@ def pipeline_bounds(pipe: Pipeline, stage_to_rank: list[int], objective: str) ->
         relay = _relay(rank, m, F, I, W, mf, mw, int(cap), chain, objective)
         if relay:
             out["memory_relay"] = relay
-        held = _memory_time(rank, m, I, W, mf, mw, int(cap), chain, down, objective)
+        held, ramps = _memory_time(rank, m, F, I, W, B, mf, mw, int(cap), chain, down, objective)
         if held:
             out["memory_time"] = held
-        ramps = _memory_ramps(rank, m, F, I, W, B, mf, mw, int(cap), chain, down, objective)
         if ramps:
             out["memory_ramps"] = ramps
         apart = _held_apart(rank, m, I, W, c, mf, int(cap), chain, down, objective)
@@ -277,47 +276,36 @@ def _held_area(mine: list[int], m: int, I, W, mf: list[int], mw: list[int], chai
     return m * sum((mf[s] - mw[s]) * (chain(s, s) + int(I[s])) + mw[s] * (chain(s, s) + int(I[s] + W[s])) for s in mine)
 
 
-def _memory_time(rank: list[int], m: int, I, W, mf: list[int], mw: list[int], cap: int, chain, down, objective) -> int:
-    """The memory-time bound (see the module text): on each rank, memory held (bytes times seconds)
-    over its span is at most the limit times the span, and every micro-batch holds each of its
-    stages' activations there at least from the start of its forward to the end of its ``I`` (the
-    part ``W`` frees, to the end of its ``W``). 0 where nothing is held."""
-    best = 0
-    for q in range(max(rank) + 1):
-        mine = [s for s in range(len(rank)) if rank[s] == q]
-        area = _held_area(mine, m, I, W, mf, mw, chain)
-        if area > 0:
-            span = -(-area // cap)
-            best = max(best, span if objective == "span" else int(down[mine[0]]) + span)
-    return best
-
-
-def _memory_ramps(
+def _memory_time(
     rank: list[int], m: int, F, I, W, B, mf: list[int], mw: list[int], cap: int, chain, down, objective
-) -> int:
-    """Memory time with its ramps (see the module text): the least span in which the memory time a
-    rank can hold (`_held_at_most`) reaches what its micro-batches hold at least. 0 where nothing is
-    held, or where a pass that moves memory takes no time (a ramp without a slope)."""
-    best = 0
+) -> tuple[int, int]:
+    """The memory-time bound and memory time with its ramps (see the module text), each 0 where it
+    proves nothing. On each rank the micro-batches hold their activations at least `_held_area`
+    (memory times seconds). The limit alone holds at most ``cap`` times the span; with the ramps,
+    `_held_at_most`, so that bound is the least span where that reaches the area. The ramps prove
+    nothing where a pass that moves memory takes no time (a ramp without a slope)."""
+    flat = ramps = 0
     for q in range(max(rank) + 1):
         mine = [s for s in range(len(rank)) if rank[s] == q]
-        if not mine:  # a rank that holds no stage holds no memory
-            continue
         area = _held_area(mine, m, I, W, mf, mw, chain)
+        if area <= 0:  # also a rank that holds no stage
+            continue
+        offset = 0 if objective == "span" else int(down[mine[0]])
+        span = -(-area // cap)  # the limit alone
+        flat = max(flat, offset + span)
         # one forward's memory and the fastest rate at which forwards allocate; one pass's freeing (a
         # fused B frees a whole activation) and the fastest rate at which I, W or B passes free
         up = max(mf[s] for s in mine), max(_rate(mf[s], F[s]) for s in mine)
         freeing = [(mf[s] - mw[s], I[s]) for s in mine] + [(mw[s], W[s]) for s in mine] + [(mf[s], B[s]) for s in mine]
         off = max(mf[s] for s in mine), max(_rate(freed, d) for freed, d in freeing)
-        if area <= 0 or not (np.isfinite(up[1]) and np.isfinite(off[1])):
+        if not (np.isfinite(up[1]) and np.isfinite(off[1])):
             continue
-        span = -(-area // cap)  # the limit alone
         hi = span + int(np.ceil(cap / up[1] + cap / off[1])) + 1  # both ramps inside: enough (module text)
         while span < hi:  # the least span whose most held memory time reaches the area
             mid = (span + hi) // 2
             span, hi = (span, mid) if _held_at_most(mid, cap, up, off) >= area else (mid + 1, hi)
-        best = max(best, span if objective == "span" else int(down[mine[0]]) + span)
-    return best
+        ramps = max(ramps, offset + span)
+    return flat, ramps
 
 
 def _rate(freed: float, seconds: float) -> float:
