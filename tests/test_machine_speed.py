@@ -1,27 +1,17 @@
 """benchmarks/machine_speed.py: its CP-SAT workload does the same work every run, so only its wall
 time can differ between machines or days."""
 
-import importlib.util
-
 import pytest
 
 from solvers.listsched import list_schedule
 from solvers.validate import violations
-from tests.paths import ROOT
+from tests.paths import benchmark
 
 
 @pytest.fixture(scope="module")
 def bench():
-    import sys
-
-    sys.path.insert(0, str(ROOT / "benchmarks"))  # the script imports solvers_bench beside it
-    try:
-        spec = importlib.util.spec_from_file_location("machine_speed", ROOT / "benchmarks" / "machine_speed.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+    with benchmark("machine_speed") as module:
         yield module
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
 
 
 def test_the_cpsat_workload_ends_at_the_same_schedule_each_run_and_not_below_the_work(bench):

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import doctest
-import importlib.util
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,9 +12,8 @@ from hypothesis import strategies as st
 import solvers.listsched
 from solvers import Problem, lower_bound, lower_bounds, solve, solver_names, time_orders, validate
 from solvers.listsched import effective_allowed, heft, list_schedule, upward_rank
+from tests.paths import benchmark
 from tests.solvers.strategies import brute_force, problems
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def two_chains() -> Problem:
@@ -234,10 +231,8 @@ def test_docstring_examples():
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("solvers_bench", ROOT / "benchmarks" / "solvers_bench.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    with benchmark("solvers_bench") as module:
+        return module
 
 
 @pytest.mark.parametrize("memory", [True, False])

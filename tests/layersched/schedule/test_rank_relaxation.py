@@ -1,7 +1,5 @@
 """benchmarks/rank_relaxation.py: its relaxation keeps every schedule of the row, with the same spans."""
 
-import importlib.util
-
 import numpy as np
 import pytest
 
@@ -12,21 +10,13 @@ from layersched.schedule.templates import template_orders
 from solvers import Problem, Schedule
 from solvers.simulate import time_orders
 from solvers.validate import violations
-from tests.paths import ROOT
+from tests.paths import ROOT, benchmark
 
 
 @pytest.fixture(scope="module")
 def bench():
-    import sys
-
-    sys.path.insert(0, str(ROOT / "benchmarks"))  # the script imports multichunk beside it
-    try:
-        spec = importlib.util.spec_from_file_location("rank_relaxation", ROOT / "benchmarks" / "rank_relaxation.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+    with benchmark("rank_relaxation") as module:
         yield module
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
 
 
 @pytest.mark.parametrize("keep", [[0], [3], [0, 3], [1, 2, 3]])
