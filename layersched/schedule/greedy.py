@@ -38,6 +38,7 @@ Example
 
 from __future__ import annotations
 
+import heapq
 from itertools import product
 
 import numpy as np
@@ -218,40 +219,41 @@ def simulate(
         left[i] -= mf[s]
         return mem[r] + mf[s] + (left[oldest] if oldest != i else 0) <= cap
 
-    def candidates(r: int):
-        """(start, priority, kind, stage) of each pass of rank r whose input is known."""
-        out = []
+    def choice(r: int):
+        """(time, rank, pass) of rank r's next decision, the pass being (start, priority, kind, stage):
+        the first by priority among the passes whose input is known and that can start earliest;
+        None when nothing of r's can be timed yet. No two passes of a rank share a priority, so that
+        is the least (start, priority)."""
+        best = None
         for s in mine[r]:
             for k in "FIW":
                 i = nxt[k][s]
-                if i >= m or (k == "F" and not fits(r, s, i)):
+                if i >= m:
                     continue
                 a = arrival(k, s, i)
                 if a is None:
                     continue
                 start = max(free[r], a, i * pace if k == "F" and s == 0 else 0)
-                out.append((start, (kind_rank[k], *priority(i, s, -s if k == "I" else s)), k, s))
-        return out
-
-    def choice(r: int):
-        """(time, rank, pass) of rank r's next decision: the first pass by priority among those ready
-        at its earliest start; None when nothing of r's can be timed yet."""
-        cand = candidates(r)
-        if not cand:
-            return None
-        t = min(x[0] for x in cand)
-        now = [x for x in cand if x[0] <= t]  # everything ready at the rank's next decision time
-        return t, r, min(now, key=lambda x: x[1])
+                if (best is not None and start > best[0]) or (k == "F" and not fits(r, s, i)):
+                    continue
+                x = (start, (kind_rank[k], *priority(i, s, -s if k == "I" else s)), k, s)
+                if best is None or x < best:
+                    best = x
+        return None if best is None else (best[0], r, best)
 
     # a pass changes only its own rank's state and the input of the next pass of its micro-batch, so
     # each step re-decides those ranks alone (the others' choices cannot have changed)
     chosen = [choice(r) for r in range(R)]
+    heap = [(c[0], r) for r, c in enumerate(chosen) if c is not None]  # (time, rank); stale once chosen moves
+    heapq.heapify(heap)
     todo = 3 * S * m
     while todo:
-        best = min((c for c in chosen if c is not None), key=lambda c: (c[0], c[1]), default=None)
-        if best is None:
+        while heap and (chosen[heap[0][1]] is None or chosen[heap[0][1]][0] != heap[0][0]):
+            heapq.heappop(heap)  # that rank was re-decided since
+        if not heap:
             return None  # nothing can move: memory holds only what cannot finish
-        t, r, (_, _, k, s) = best
+        t, r = heapq.heappop(heap)
+        _, _, (_, _, k, s) = chosen[r]
         i = nxt[k][s]
         end[(k, s, i)] = free[r] = t + dur[k][s]
         first[r] = t if first[r] is None else first[r]
@@ -266,6 +268,8 @@ def simulate(
         todo -= 1
         for q in {r, flow.fed(k, s)}:  # only these ranks' next decisions can have changed
             chosen[q] = choice(q)
+            if chosen[q] is not None:
+                heapq.heappush(heap, (chosen[q][0], q))
     return orders, max(free[r] - first[r] for r in range(R))
 
 
@@ -354,7 +358,11 @@ MAX_WORK = 250_000
 machine since each step re-decides only the ranks it changed (before, every rank for every pass): the
 1.5B interleaved row at p=16, m=48 (110,592 steps) 2.2 s, was 12.3 s; at p=24, m=48 (248,832) 3.5 s;
 the V row at p=24, m=48 (165,888) 1.5 s, was 15.4 s; and 12,288 passes on 64 ranks (786,432, over the
-limit) 5.0 s, was 61 s. Per step the time falls as ranks grow (3.4e-5 s at p=12, 6.4e-6 at p=64)."""
+limit) 5.0 s, was 61 s. Per step the time falls as ranks grow (3.4e-5 s at p=12, 6.4e-6 at p=64).
+Session 41 measured the same code slower (4.9, 7.5 and 3.5 s on the first three rows), then made a
+rank's decision one pass over its passes (the least start and priority, a forward's memory rule
+checked only where it could be chosen) and the choice among ranks a heap: 2.9, 4.3 and 1.9 s (min of
+3 runs each; the same orders on 600 random pipelines and five rows, every variant)."""
 
 
 def chunk_greedy(pipe: Pipeline) -> list[list[str]]:

@@ -764,7 +764,8 @@ def zb_greedy(pipe: Pipeline) -> list[list[str]]:
     return min((tl for tl in runs if max(tl.peak) <= cap), key=lambda tl: tl.span).orders
 
 
-# seconds per step: 6.4e-6 to 3.4e-5 measured (p=64 to 12, 2 or 3 stages per rank), rounded up
+# seconds per step: 6.4e-6 to 3.4e-5 measured (p=64 to 12, 2 or 3 stages per rank), rounded up; session 41:
+# 1.5e-5 to 2.6e-5 at p=16 and p=24, 4.9e-5 at p=8, m=24 (0.68 s: where it is over, the whole is small)
 @template(
     "chunk-greedy",
     split_backward=True,
