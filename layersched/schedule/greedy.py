@@ -322,11 +322,15 @@ def follow(
         return (ready[due] if due in ready and ready[due][0] <= soonest[0] else soonest), r
 
     chosen = [choice(r) for r in range(R)]
+    heap = [(c[0][0], r) for r, c in enumerate(chosen) if c is not None]  # (time, rank), as in `simulate`
+    heapq.heapify(heap)
     while left:
-        best = min((c for c in chosen if c is not None), key=lambda c: (c[0][0], c[1]), default=None)
-        if best is None:
+        while heap and (chosen[heap[0][1]] is None or chosen[heap[0][1]][0][0] != heap[0][0]):
+            heapq.heappop(heap)
+        if not heap:
             return None
-        (t, k, s, i), r = best
+        t, r = heapq.heappop(heap)
+        (_, k, s, i), _ = chosen[r]
         first[r] = t if first[r] is None else first[r]
         flow.end[k, s, i] = free[r] = t + flow.dur[k][s]
         mem[r] += flow.delta[k][s]
@@ -343,6 +347,8 @@ def follow(
             owed[r].pop(0)
         for q in {r, flow.fed(k, s)}:  # only these ranks' next decisions can have changed
             chosen[q] = choice(q)
+            if chosen[q] is not None:
+                heapq.heappush(heap, (chosen[q][0][0], q))
     return orders, max(free[r] - first[r] for r in range(R) if first[r] is not None)
 
 
