@@ -91,6 +91,29 @@ class _Flow:
         return end.get(("I", s, i))
 
 
+class _Earliest:
+    """The rank that acts next in a simulation: the least (time, rank) among the ranks' current
+    decisions. A heap of (time, rank), where an entry is dropped once its rank has decided anew."""
+
+    def __init__(self, times: list[int | None]) -> None:
+        self.time = list(times)  # each rank's current decision time (None: nothing it can time yet)
+        self.heap = [(t, r) for r, t in enumerate(times) if t is not None]
+        heapq.heapify(self.heap)
+
+    def set(self, r: int, t: int | None) -> None:
+        """Rank ``r`` decided anew: its next pass at ``t`` (None: nothing it can time yet)."""
+        self.time[r] = t
+        if t is not None:
+            heapq.heappush(self.heap, (t, r))
+
+    def pop(self) -> tuple[int, int] | None:
+        """(time, rank) of the rank that acts next, or None when no rank can act."""
+        heap, time = self.heap, self.time
+        while heap and time[heap[0][1]] != heap[0][0]:
+            heapq.heappop(heap)  # that rank decided anew since
+        return heapq.heappop(heap) if heap else None
+
+
 def replay(pipe: Pipeline, orders: list[list[str]]) -> int | None:
     """The steady-state span (the largest per-rank span of the compute passes) of fixed per-rank
     orders timed at their earliest starts, or None when they deadlock. Memory is not checked. A quick
@@ -244,15 +267,13 @@ def simulate(
     # a pass changes only its own rank's state and the input of the next pass of its micro-batch, so
     # each step re-decides those ranks alone (the others' choices cannot have changed)
     chosen = [choice(r) for r in range(R)]
-    heap = [(c[0], r) for r, c in enumerate(chosen) if c is not None]  # (time, rank); stale once chosen moves
-    heapq.heapify(heap)
+    earliest = _Earliest([None if c is None else c[0] for c in chosen])
     todo = 3 * S * m
     while todo:
-        while heap and (chosen[heap[0][1]] is None or chosen[heap[0][1]][0] != heap[0][0]):
-            heapq.heappop(heap)  # that rank was re-decided since
-        if not heap:
+        acts = earliest.pop()
+        if acts is None:
             return None  # nothing can move: memory holds only what cannot finish
-        t, r = heapq.heappop(heap)
+        t, r = acts
         _, _, (_, _, k, s) = chosen[r]
         i = nxt[k][s]
         end[(k, s, i)] = free[r] = t + dur[k][s]
@@ -268,8 +289,7 @@ def simulate(
         todo -= 1
         for q in {r, flow.fed(k, s)}:  # only these ranks' next decisions can have changed
             chosen[q] = choice(q)
-            if chosen[q] is not None:
-                heapq.heappush(heap, (chosen[q][0], q))
+            earliest.set(q, None if chosen[q] is None else chosen[q][0])
     return orders, max(free[r] - first[r] for r in range(R))
 
 
@@ -322,14 +342,12 @@ def follow(
         return (ready[due] if due in ready and ready[due][0] <= soonest[0] else soonest), r
 
     chosen = [choice(r) for r in range(R)]
-    heap = [(c[0][0], r) for r, c in enumerate(chosen) if c is not None]  # (time, rank), as in `simulate`
-    heapq.heapify(heap)
+    earliest = _Earliest([None if c is None else c[0][0] for c in chosen])
     while left:
-        while heap and (chosen[heap[0][1]] is None or chosen[heap[0][1]][0][0] != heap[0][0]):
-            heapq.heappop(heap)
-        if not heap:
+        acts = earliest.pop()
+        if acts is None:
             return None
-        t, r = heapq.heappop(heap)
+        t, r = acts
         (_, k, s, i), _ = chosen[r]
         first[r] = t if first[r] is None else first[r]
         flow.end[k, s, i] = free[r] = t + flow.dur[k][s]
@@ -347,8 +365,7 @@ def follow(
             owed[r].pop(0)
         for q in {r, flow.fed(k, s)}:  # only these ranks' next decisions can have changed
             chosen[q] = choice(q)
-            if chosen[q] is not None:
-                heapq.heappush(heap, (chosen[q][0][0], q))
+            earliest.set(q, None if chosen[q] is None else chosen[q][0][0])
     return orders, max(free[r] - first[r] for r in range(R) if first[r] is not None)
 
 
