@@ -545,7 +545,8 @@ tight memory (p=16 under 18 activations, p=12 under 16) it still improves the sp
 `benchmarks/multichunk.py` ended within their spreads (one run each, 2-core VM, session 40;
 benchmarks/results/polish_share-2core-vm.txt). Where polish improves only its secondary score it
 takes the whole cap, from CP-SAT and the steps after it; on the interleaved rows that cost nothing
-measurable."""
+measurable. Nor did stopping it there after 32 steps without a shorter span gain anything (7-20 s of
+60 saved at p=10 and p=12; session 41, benchmarks/results/polish_plateau-2core-vm.txt)."""
 
 
 def canonical(tasks: TaskGraph, schedule: Schedule) -> Schedule:
