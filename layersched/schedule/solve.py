@@ -472,7 +472,7 @@ def widening_tails(tasks: TaskGraph) -> Callable[[Schedule, int], np.ndarray | N
     return cut
 
 
-TAIL_SHARE = 0.6
+TAIL_SHARE = 0.9
 """The share of what is left after CP-SAT that the tail step gets (`solvers.lns.improve_tails` from
 `tail_cut`): every rank's passes from its last forward on, re-solved by CP-SAT at once with the rest
 in place. On the held-out
@@ -491,16 +491,27 @@ the step's time. 3 runs of 60 s per row, 2-core VM, against the code before (com
 28's runs): the uneven row (`benchmarks/multichunk.py`'s `uneven_row`) 3.10-3.38% to 2.69-2.89%;
 p=6, m=18 1.72-1.84% to 1.36-1.45%; p=4, m=16, v=2 0.17% to 0.00% (optimal) in 2 of 3; p=4, m=8
 0.14-1.65% (median 1.65) to 0.14-0.58%; p=10, m=20 and p=12, m=24, v=2, where the first window is
-not proven in time, unchanged within their spread (results: benchmarks/results/multichunk*.txt)."""
+not proven in time, unchanged within their spread (results: benchmarks/results/multichunk*.txt).
 
-WIDER_SHARE = 0.5
+0.9 since session 42 (0.6 before), with the wider windows free to use all of it (`WIDER_SHARE`). On
+the rows traced that day every gain after polish came from the tail step; the coarse levels and band
+steps after it found nothing but once (p=6, m=12), while the wider windows were stopped by their
+share, unproven. 60 s runs on the 2-core VM, the same day, the new shares against the old: the
+bundled p=8 row 1.74% x3 against 1.99% x3; p=8, m=16, v=2 1.36 / 1.50 / 1.57% against 2.04% x3;
+p=8 under 18 activations 0.00% (optimal) x2 against 0.53%; p=6, m=18 1.15 / 1.36 / 1.36% against
+1.36% x3; p=6, m=12 1.98% x3 against 1.98 / 1.98 / 2.72%; p=12, m=36 2.34 / 2.44% against 2.61%
+(torch's order); p=4, m=8 0.00 / 0.00 / 0.10% against 0.00 / 0.35 / 0.10%; equal within a run's
+spread on p=12, m=24 (3.44 / 3.46% against 3.44%), p=10, m=20 (3.13 / 3.31% against 3.13%), the
+uneven row (2.89% each) and the V row at p=16 under 18 activations (1.02% each). Table:
+``benchmarks/results/tail_share-2core-vm.txt``."""
+
+WIDER_SHARE = 1.0
 """The share of the tail step's time (`TAIL_SHARE`) within which its wider windows end
-(`widening_tails`): what they do not use goes to the coarse levels that follow. Unlimited, the
-widening took all of the step's time on the small rows, where the coarse levels found the p=4, m=8
-bound before the tail step came; measured, the two gave the same spreads (unlimited, 3 runs: p=4,
+(`widening_tails`): what they do not use goes to the coarse levels that follow. Half until session 42.
+Then, measured in session 29, unlimited and limited gave the same spreads (unlimited, 3 runs: p=4,
 m=8 0.00-0.89%, the uneven row 2.89%, p=6, m=18 1.36%; limited: 0.14-0.58%, 2.69-2.89%,
-1.36-1.45%), so the limit only keeps the later steps' time from going to windows that are not
-proven."""
+1.36-1.45%); in session 42 the later steps found nothing where the wider windows did (see
+`TAIL_SHARE`), so the windows now take the whole step."""
 
 CPSAT_SHARE = 0.1
 """The share of what is left after polishing that CP-SAT gets on the whole model when a schedule
