@@ -151,7 +151,7 @@ def _worker(
     # launcher sees this rank fail before its peers fail for want of it. The barrier first: a rank
     # whose work is quick (or none) must not close its connections while a peer may still be
     # completing its side of them in init_group (gloo's connectFullMesh then fails with "Connection
-    # closed by peer": 1 two-rank run of an empty function in 1,400 on the 2-core VM)
+    # closed by peer": 1 run of an empty function in 1,400, of two and four ranks, on the 2-core VM)
     dist.barrier()
     dist.destroy_process_group()
     torch.save(result, Path(out) / f"rank{rank}.pt")

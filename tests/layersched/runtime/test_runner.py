@@ -233,8 +233,8 @@ def _rank_0_quick(rank, device, state):
 
 def test_no_rank_leaves_before_every_rank_has_finished(tmp_path):
     # a rank that left at once closed its connections while a peer could still be completing gloo's
-    # full mesh in init_group: "Connection closed by peer" (1 two-rank run of an empty function in
-    # 1,400 on the 2-core VM, and once in a fresh clone's CI); every rank now waits for the others
+    # full mesh in init_group: "Connection closed by peer" (1 run of an empty function in 1,400, of two
+    # and four ranks, on the 2-core VM, and once in a fresh clone's CI); every rank now waits for the others
     assert run_processes(_rank_0_quick, 2, (str(tmp_path),), timeout=120) == [True, True]
 
 
