@@ -503,7 +503,10 @@ p=8 under 18 activations 0.00% (optimal) x2 against 0.53%; p=6, m=18 1.15 / 1.36
 (torch's order); p=4, m=8 0.00 / 0.00 / 0.10% against 0.00 / 0.35 / 0.10%; equal within a run's
 spread on p=12, m=24 (3.44 / 3.46% against 3.44%), p=10, m=20 (3.13 / 3.31% against 3.13%), the
 uneven row (2.89% each) and the V row at p=16 under 18 activations (1.02% each). Table:
-``benchmarks/results/tail_share-2core-vm.txt``."""
+``benchmarks/results/tail_share-2core-vm.txt``. `benchmarks/multichunk.py` (3 runs) later that day:
+p=8 under 18 activations 0.00% x3, p=6, m=12 1.67 / 1.67 / 1.98%, but the bundled p=8 row 1.99% x3,
+and two rows lost what the coarse levels after the tail step had found: p=4, m=8 0.10% x3 and the V
+row at p=8 under 10 activations 0.08 / 0.15 / 0.15% (0.00% x3 in sessions 40-41)."""
 
 WIDER_SHARE = 1.0
 """The share of the tail step's time (`TAIL_SHARE`) within which its wider windows end
