@@ -386,7 +386,6 @@ def _search_mode(
                 widening_tails(tasks),
                 objective=objective,
                 time_limit=tail_time,
-                wider_time=tail_time * WIDER_SHARE,
                 bound=bound,
                 workers=workers,
                 progress=progress,
@@ -486,14 +485,15 @@ v=2: 2.94 / 3.10 / 3.20% against 3.20% x3; the bundled p=8 row 1.99% x3 against 
 against 1.87-2.77% (6 runs).
 
 Since session 29 the step widens its window while each is proven optimal (`widening_tails`): after
-each rank's last forward, from its second-last, and so on, the wider windows within `WIDER_SHARE` of
-the step's time. 3 runs of 60 s per row, 2-core VM, against the code before (commit 10aeb60, session
-28's runs): the uneven row (`benchmarks/multichunk.py`'s `uneven_row`) 3.10-3.38% to 2.69-2.89%;
-p=6, m=18 1.72-1.84% to 1.36-1.45%; p=4, m=16, v=2 0.17% to 0.00% (optimal) in 2 of 3; p=4, m=8
-0.14-1.65% (median 1.65) to 0.14-0.58%; p=10, m=20 and p=12, m=24, v=2, where the first window is
-not proven in time, unchanged within their spread (results: benchmarks/results/multichunk*.txt).
+each rank's last forward, from its second-last, and so on; until session 42 the wider windows ended
+within half the step's time (``improve_tails(wider_time=...)``). 3 runs of 60 s per row, 2-core VM,
+against the code before (commit 10aeb60, session 28's runs): the uneven row
+(`benchmarks/multichunk.py`'s `uneven_row`) 3.10-3.38% to 2.69-2.89%; p=6, m=18 1.72-1.84% to
+1.36-1.45%; p=4, m=16, v=2 0.17% to 0.00% (optimal) in 2 of 3; p=4, m=8 0.14-1.65% (median 1.65) to
+0.14-0.58%; p=10, m=20 and p=12, m=24, v=2, where the first window is not proven in time, unchanged
+within their spread (results: benchmarks/results/multichunk*.txt).
 
-0.9 since session 42 (0.6 before), with the wider windows free to use all of it (`WIDER_SHARE`). On
+0.9 since session 42 (0.6 before), with the wider windows free to use all of it (half before). On
 the rows traced that day every gain after polish came from the tail step; the coarse levels and band
 steps after it found nothing but once (p=6, m=12), while the wider windows were stopped by their
 share, unproven. 60 s runs on the 2-core VM, the same day, the new shares against the old: the
@@ -506,15 +506,12 @@ uneven row (2.89% each) and the V row at p=16 under 18 activations (1.02% each).
 ``benchmarks/results/tail_share-2core-vm.txt``. `benchmarks/multichunk.py` (3 runs) later that day:
 p=8 under 18 activations 0.00% x3, p=6, m=12 1.67 / 1.67 / 1.98%, but the bundled p=8 row 1.99% x3,
 and two rows lost what the coarse levels after the tail step had found: p=4, m=8 0.10% x3 and the V
-row at p=8 under 10 activations 0.08 / 0.15 / 0.15% (0.00% x3 in sessions 40-41)."""
+row at p=8 under 10 activations 0.08 / 0.15 / 0.15% (0.00% x3 in sessions 40-41).
 
-WIDER_SHARE = 1.0
-"""The share of the tail step's time (`TAIL_SHARE`) within which its wider windows end
-(`widening_tails`): what they do not use goes to the coarse levels that follow. Half until session 42.
-Then, measured in session 29, unlimited and limited gave the same spreads (unlimited, 3 runs: p=4,
-m=8 0.00-0.89%, the uneven row 2.89%, p=6, m=18 1.36%; limited: 0.14-0.58%, 2.69-2.89%,
-1.36-1.45%); in session 42 the later steps found nothing where the wider windows did (see
-`TAIL_SHARE`), so the windows now take the whole step."""
+The half for the wider windows (session 29 to 41) was there to bound what the widening could take,
+not for a measured gain: unlimited and limited gave the same spreads in session 29 (3 runs:
+unlimited p=4, m=8 0.00-0.89%, the uneven row 2.89%, p=6, m=18 1.36%; limited 0.14-0.58%,
+2.69-2.89%, 1.36-1.45%)."""
 
 CPSAT_SHARE = 0.1
 """The share of what is left after polishing that CP-SAT gets on the whole model when a schedule
