@@ -16,9 +16,9 @@ from solvers.heuristics import best, heft_ranked
 from solvers.polish import polish
 from solvers.problem import Problem, Result
 
-ILS_RANK_WEIGHTS = (0.5, 0.25, 0.75, 1.5, 3.0)
+ILS_RANK_WEIGHTS = (0.5, 0.75, 1.5, 3.0)
 """The transfer weights of HEFT's upward rank that `ils` also starts from, in that order, after
-`solvers.heuristics.best` (which tries 0, 1 and 2), while the first half of its time lasts. HEFT's
+`solvers.heuristics.best` (which tries 0, 0.25, 1 and 2), while the first half of its time lasts. HEFT's
 schedule moves by about half a percent either way with the weight (layered 5,000-task instances on
 32 heterogeneous processors, seeds 0-2: 3097 / 3042 / 2742 at weight 1, 3095 / 3034 / 2732 at the
 best of these), and one HEFT run costs a fraction of a second there. Half, not a quarter: there

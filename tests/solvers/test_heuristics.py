@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import solvers.heuristics
 from solvers import InvalidSchedule, Problem, Schedule, lower_bound, lower_bounds, solve, solver_names, validate
 from solvers.heuristics import (
+    HEFT_RANK_WEIGHTS,
     RANK_WEIGHTS,
     TIE_ORDERS,
     best,
@@ -60,7 +61,7 @@ def test_cpop_peft_fcp_best_are_valid_above_the_bound_and_best_is_the_least(p):
         return
     for w in RANK_WEIGHTS:  # and FCP and HEFT with their priority's transfers weighted w
         results[f"fcp-t{w:g}"] = fcp(p, transfer_weight=w)
-    for w in RANK_WEIGHTS:
+    for w in HEFT_RANK_WEIGHTS:
         results[f"heft-t{w:g}"] = heft(p, priority=upward_rank(p, effective_allowed(p), transfer_weight=w))
     if p.num_processors > 1:  # and HEFT with the link cost averaged over pairs with a processor and itself
         w = (p.num_processors - 1) / (p.num_processors + 1)
