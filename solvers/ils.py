@@ -18,12 +18,12 @@ from solvers.problem import Problem, Result
 
 ILS_RANK_WEIGHTS = (0.5, 0.75, 1.5, 3.0)
 """The transfer weights of HEFT's upward rank that `ils` also starts from, in that order, after
-`solvers.heuristics.best` (which tries 0, 0.25, 1 and 2), while the first half of its time lasts. HEFT's
-schedule moves by about half a percent either way with the weight (layered 5,000-task instances on
-32 heterogeneous processors, seeds 0-2: 3097 / 3042 / 2742 at weight 1, 3095 / 3034 / 2732 at the
-best of these), and one HEFT run costs a fraction of a second there. Half, not a quarter: there
-`best` alone takes 1.4 s, more than a quarter of a 5 s limit, and polishing 5,000 tasks in the
-time that is left found nothing."""
+`solvers.heuristics.best` (which tries 0, 0.25, 1 and 2), while the first half of its time lasts.
+HEFT's schedule moves by about half a percent either way with the weight (layered 5,000-task
+instances on 32 heterogeneous processors, seeds 0-2: 3097 / 3042 / 2742 at weight 1, 3095 / 3034 /
+2732 at the best of these and 0.25, which `best` has run since session 43), and one HEFT run costs a
+fraction of a second there. Half, not a quarter: there `best` alone takes 1.4 s, more than a quarter
+of a 5 s limit, and polishing 5,000 tasks in the time that is left found nothing."""
 
 
 def ils(problem: Problem, /, *, objective: str = "makespan", time_limit: float = 10.0, seed: int = 0) -> Result:
