@@ -365,7 +365,6 @@ def improve_tails(
     bound: int = 0,
     workers: int = 2,
     progress: Callable[[dict], None] | None = None,
-    wider_time: float | None = None,
 ) -> tuple[Schedule, dict]:
     """From a valid ``schedule``: every processor's tasks from ``cut`` (per processor) on re-solved at
     once (`solvers.cpsat.reoptimize_tails`), its orders timed at their earliest starts where that is
@@ -378,16 +377,14 @@ def improve_tails(
     one would not be searched any better). A window proven optimal has nothing more to give, and a
     wider one does; on pipelines, cut at each rank's last forward, then its second-last, ..., the
     proofs are quick (0.1-20 s on rows of 384 to 1,728 passes), and the wider windows found what the
-    first did not (see `layersched.schedule.solve.TAIL_SHARE`). The first window may take all of
-    ``time_limit``; the wider ones end within ``wider_time`` seconds of the start (all of it by
-    default), so that what follows gets the rest."""
+    first did not (see `layersched.schedule.solve.TAIL_SHARE`). Each window may take what is left of
+    ``time_limit``."""
     cuts = cut if callable(cut) else (lambda _, k: cut if k == 0 else None)
     t0 = time.perf_counter()
     current, info = schedule, {"steps": 0, "improvements": 0}
     windows = 0
     while (this := cuts(current, windows)) is not None:
-        until = time_limit if windows == 0 or wider_time is None else min(time_limit, wider_time)
-        left = until - (time.perf_counter() - t0)
+        left = time_limit - (time.perf_counter() - t0)
         if windows and left <= 0:
             break
         proven = False

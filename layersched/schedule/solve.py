@@ -486,7 +486,7 @@ against 1.87-2.77% (6 runs).
 
 Since session 29 the step widens its window while each is proven optimal (`widening_tails`): after
 each rank's last forward, from its second-last, and so on; until session 42 the wider windows ended
-within half the step's time (``improve_tails(wider_time=...)``). 3 runs of 60 s per row, 2-core VM,
+within half the step's time. 3 runs of 60 s per row, 2-core VM,
 against the code before (commit 10aeb60, session 28's runs): the uneven row
 (`benchmarks/multichunk.py`'s `uneven_row`) 3.10-3.38% to 2.69-2.89%; p=6, m=18 1.72-1.84% to
 1.36-1.45%; p=4, m=16, v=2 0.17% to 0.00% (optimal) in 2 of 3; p=4, m=8 0.14-1.65% (median 1.65) to
