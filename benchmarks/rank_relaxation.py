@@ -28,10 +28,19 @@ and sweeps through it with longer steps under 1% in 3-4 minutes; but windows pla
 earlier or later move nothing, and sweeps from other places found nothing in 4 minutes, so `best`
 does not run them (docs/design.md, session 36).
 
+``--tails FILE`` (or ``torch:P``) measures how far `best`'s tail step can go from FILE's orders: its
+widening windows (every rank's passes from its last forward, then its second-last, ...), each
+re-solved by CP-SAT for up to ``--time-limit`` seconds with the window's own proven bound
+(`tail_windows`). From torch's p=6 order the first four windows are proven optimal, the third and
+the fourth at 1.67%: with every rank's passes before its 4th-last forward where the third left them,
+nothing is shorter. The fifth window's bound is the row's, and CP-SAT finds nothing in it in 120 s
+(docs/design.md, session 45).
+
 Usage: python benchmarks/rank_relaxation.py [--rows 4,6,8] [--keep 0 --keep 0,-1] [--time-limit 120]
        python benchmarks/rank_relaxation.py --complete FILE [--complete torch:6 ...] [--time-limit 30]
        python benchmarks/rank_relaxation.py --held FILE [--first 49] [--window 30] [--stride 15]
                                             [--step 3] [--rounds 1] [--out FILE]
+       python benchmarks/rank_relaxation.py --tails FILE|torch:P [--windows 4] [--time-limit 120]
 """
 
 from __future__ import annotations
@@ -173,6 +182,45 @@ def held_steps(
     return current
 
 
+def tail_windows(tasks, schedule: Schedule, bound: int, *, time_limit: float, windows: int, log) -> list[dict]:
+    """The tail step's widening windows (`layersched.schedule.solve.widening_tails`) from
+    ``schedule``, each re-solved by CP-SAT (`solvers.cpsat.solve_tails`) for up to ``time_limit``
+    seconds and kept where no worse, as `best` does, but with the time given per window and every
+    window up to ``windows`` tried, proven or not. One dict per window: ``k``, ``free`` (passes),
+    ``start`` and ``found`` (spans), ``bound`` (the window's own: no schedule that keeps every pass
+    before the cuts where it is has a shorter span; at least ``bound``), ``proven``, ``seconds``.
+    ``log(row)`` hears of each."""
+    from layersched.schedule.solve import widening_tails
+    from solvers.cpsat import solve_tails
+
+    problem, cuts, rows = tasks.problem, widening_tails(tasks), []
+    current = schedule
+    for k in range(windows):
+        cut = cuts(current, k)
+        if cut is None:
+            break
+        stats: dict = {}
+        t0 = time.perf_counter()
+        found, proven = solve_tails(problem, current, cut, time_limit, objective="span", bound=bound, stats=stats)
+        before = current.objective(problem, "span")
+        if found is not None and not violations(problem, found, limit=1):
+            if found.objective(problem, "span") <= before:
+                current = found
+        rows.append(
+            {
+                "k": k,
+                "free": stats["free"],
+                "start": before,
+                "found": current.objective(problem, "span"),
+                "bound": stats["bound"],
+                "proven": proven,
+                "seconds": time.perf_counter() - t0,
+            }
+        )
+        log(rows[-1])
+    return rows
+
+
 def _row(tmp: str, p: int):
     """The interleaved row with ``p`` ranks (`MICROBATCHES`), split backward: its pipeline, its task
     graph and its proven bound on the span."""
@@ -242,6 +290,48 @@ def _complete(files: list[Path], time_limit: float, console: Console) -> None:
                 f"{span:,}",
                 f"{(span - bound) / span:.2%}",
             )
+    console.print(table)
+    console.print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
+
+
+def _tails(path: Path, args, console: Console) -> None:
+    """``--tails``: the tail step's windows (`tail_windows`) from the orders of ``path`` (or torch's)."""
+    torch = str(path).startswith("torch:")
+    actions, p = (None, _ranks("--tails", path, str(path)[6:])) if torch else _orders("--tails", path)
+    with tempfile.TemporaryDirectory() as tmp:
+        pipe, tasks, bound = _row(tmp, p)
+    problem = tasks.problem
+    if torch:
+        actions = template_orders("interleaved-zb", pipe)
+    try:
+        start = time_orders(problem, complete_orders(tasks, actions))
+    except KeyError as e:
+        raise SystemExit(f"--tails {path}: the p={p} row has no pass {e}") from None
+    except ValueError as e:  # a deadlock: an order that runs a pass before one it needs
+        raise SystemExit(f"--tails {path}: its orders cannot run on the row ({e})") from None
+    if violations(problem, start, limit=1):
+        raise SystemExit(f"--tails {path}: its orders break the row's memory limit")
+
+    def gap(span: int) -> str:
+        return f"{span:,} ({(span - bound) / span:.2%})"
+
+    table = Table(
+        title=f"p={p}, m={MICROBATCHES[p]} from {path.name}: the tail step's windows, up to {args.time_limit:g} s "
+        f"each; the row's bound {bound:,}"
+    )
+    for col in ("freed from forward", "free passes", "start", "found", "proven", "window's bound", "seconds"):
+        table.add_column(col, justify="right")
+    log = lambda r: console.print(f"window {r['k']}: {gap(r['found'])}, {r['seconds']:.1f} s")  # noqa: E731
+    for r in tail_windows(tasks, start, bound, time_limit=args.time_limit, windows=args.windows, log=log):
+        table.add_row(
+            f"{r['k'] + 1}. last",
+            f"{r['free']:,}",
+            gap(r["start"]),
+            gap(r["found"]),
+            "yes" if r["proven"] else "no",
+            gap(r["bound"]),
+            f"{r['seconds']:.1f}",
+        )
     console.print(table)
     console.print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
 
@@ -322,6 +412,14 @@ def main() -> None:
         help="instead: held steps from FILE's orders (`held_steps`): windows of rank 0's passes freed one at a "
         "time, the rest of rank 0 held, the other ranks free",
     )
+    ap.add_argument(
+        "--tails",
+        metavar="FILE",
+        type=Path,
+        help="instead: the tail step's widening windows from FILE's orders (torch:P for torch's order of the "
+        "p=P row), each re-solved by CP-SAT for up to --time-limit seconds, with its own proven bound (`tail_windows`)",
+    )
+    ap.add_argument("--windows", type=int, default=4, help="--tails: windows to try (default 4)")
     ap.add_argument("--window", type=int, default=30, help="--held: passes of rank 0 per window (default 30)")
     ap.add_argument("--stride", type=int, default=15, help="--held: passes from one window to the next (default 15)")
     ap.add_argument("--first", type=int, default=19, help="--held: the first window's first pass (default 19)")
@@ -345,6 +443,11 @@ def main() -> None:
         return
     if args.complete:
         _complete(args.complete, args.time_limit, console)
+        return
+    if args.tails:
+        if args.windows < 1:
+            raise SystemExit(f"--windows: expected a positive count, got {args.windows}")
+        _tails(args.tails, args, console)
         return
     sets = args.keep or [[0]]
     table = Table(

@@ -380,9 +380,12 @@ def solve_tails(
     objective: str = "makespan",
     bound: int = 0,
     workers: int = 2,
+    stats: dict | None = None,
 ) -> tuple[Schedule | None, bool]:
     """`reoptimize_tails`, and whether CP-SAT proved its schedule optimal for the window (every task
-    before the cuts where it is): True also where nothing was free."""
+    before the cuts where it is): True also where nothing was free. A ``stats`` dict given hears the
+    window's own lower bound (``bound``: no schedule that keeps every task before the cuts where it
+    is does better; at least ``bound``) and the number of ``free`` tasks."""
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r}; valid: {', '.join(OBJECTIVES)}")
     start, proc = schedule.start, schedule.processor
@@ -392,7 +395,11 @@ def solve_tails(
     if cut.shape != (problem.num_processors,):
         raise ValueError(f"cut: expected one time per processor ({problem.num_processors}), got shape {cut.shape}")
     free = start >= cut[proc]
+    if stats is not None:
+        stats.update(free=int(free.sum()), bound=int(bound))
     if not free.any():
+        if stats is not None:
+            stats["bound"] = max(int(bound), int(schedule.objective(problem, objective)))
         return schedule, True
     P = problem.num_processors
     kept_end = np.zeros(P, dtype=np.int64)  # where the tasks left on each processor end
@@ -440,6 +447,8 @@ def solve_tails(
     solver.parameters.max_time_in_seconds = max(0.01, float(time_limit))
     solver.parameters.num_workers = workers
     status = solver.solve(model)
+    if stats is not None and status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        stats["bound"] = max(int(bound), math.ceil(solver.best_objective_bound - 1e-6))
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None, False
     new_start = start.copy()

@@ -164,6 +164,51 @@ def test_tails_reach_the_optimum_of_a_late_block():
         reoptimize_tails(p, s, np.array([1]), 5)
 
 
+def test_a_tail_windows_own_bound_is_its_optimum_when_proven():
+    """`solve_tails`' ``stats``: the late block above, freed from time 1 on, is proven at 5, which is
+    the window's bound; with nothing free the schedule is its own window, bound and all."""
+    from solvers.cpsat import solve_tails
+
+    p = Problem(duration=[2, 3, 1], num_processors=2, edges=[[0, 1]], delay=[5])
+    s = Schedule(processor=[0, 0, 1], start=[0, 6, 9])
+    stats: dict = {}
+    got, proven = solve_tails(p, s, np.array([1, 0]), 5, stats=stats)
+    assert proven and got.makespan(p) == 5
+    assert stats == {"free": 2, "bound": 5}
+    # task 0 kept (on processor 0 from 0), task 1 and 2 free: nothing can end before 2 + 3
+    stats = {}
+    got, proven = solve_tails(p, s, np.array([100, 100]), 5, stats=stats)
+    assert proven and got is s and stats == {"free": 0, "bound": 10}
+
+
+@settings(max_examples=60, deadline=None)
+@given(problems(max_tasks=10, max_processors=3), st.sampled_from(["makespan", "span"]), st.data())
+def test_a_tail_windows_bound_lies_between_the_bound_given_and_what_it_found(problem, objective, data):
+    """`solve_tails`' ``stats["bound"]``: at least the (valid) bound it was given, at most the window's
+    schedule (the start is one of the window's schedules, so also at most the start), and equal to
+    the schedule where proven."""
+    from solvers.bounds import lower_bound
+    from solvers.cpsat import solve_tails
+
+    start = list_schedule(problem, objective=objective)
+    if start.schedule is None:
+        return
+    sched = start.schedule
+    value = sched.objective(problem, objective)
+    horizon = int(sched.end(problem).max()) + 1
+    P = problem.num_processors
+    cut = np.array(data.draw(st.lists(st.integers(0, horizon), min_size=P, max_size=P)))
+    given_bound = data.draw(st.sampled_from([0, lower_bound(problem, objective)]))  # valid bounds only
+    stats: dict = {}
+    got, proven = solve_tails(problem, sched, cut, 2, objective=objective, bound=given_bound, workers=1, stats=stats)
+    assert stats["free"] == int((sched.start >= cut[sched.processor]).sum())
+    assert got is not None  # the start is a solution
+    found = got.objective(problem, objective)
+    assert given_bound <= stats["bound"] <= found <= value
+    if proven:
+        assert stats["bound"] == found
+
+
 @settings(max_examples=20, deadline=None)
 @given(problems(max_tasks=10, max_processors=3), st.sampled_from(["makespan", "span"]), st.sampled_from([0.3, 1.0]))
 def test_a_band_step_is_valid_and_never_worse(problem, objective, band):

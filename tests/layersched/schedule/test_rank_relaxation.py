@@ -149,3 +149,20 @@ def test_held_steps_keep_rank_0_outside_the_window_and_never_lose(bench, tmp_pat
     assert after[:40] == before[:40] and after[50:] == before[50:]
     assert sorted(after[40:50]) == sorted(before[40:50])
     assert len(lines) == 1 and lines[0].startswith("sweep 1, passes 40-49: ")
+
+
+def test_tail_windows_widen_from_the_start_and_each_bound_holds(bench, tmp_path):
+    """``--tails``: window ``k`` starts where window ``k-1`` ended, never loses, frees more passes than
+    the one before, and its own bound lies between the row's and what it found (equal where proven)."""
+    pipe, tasks, bound = bench._row(str(tmp_path), 4)  # the p=4, m=8 row and its proven bound
+    problem = tasks.problem
+    torch = time_orders(problem, complete_orders(tasks, template_orders("interleaved-zb", pipe)))
+    heard = []
+    rows = bench.tail_windows(tasks, torch, bound, time_limit=1.0, windows=3, log=heard.append)
+    assert heard == rows and [r["k"] for r in rows] == [0, 1, 2]
+    assert rows[0]["start"] == torch.objective(problem, "span")
+    for before, after in zip(rows, rows[1:], strict=False):
+        assert after["start"] == before["found"] and after["free"] > before["free"]
+    for r in rows:
+        assert bound <= r["bound"] <= r["found"] <= r["start"]
+        assert not r["proven"] or r["bound"] == r["found"]
