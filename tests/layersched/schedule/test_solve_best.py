@@ -297,6 +297,65 @@ def test_the_tail_step_widens_its_window_while_each_is_proven_and_then_beats_one
     assert info["windows"] == 1 and got.span(problem) == 621_199
 
 
+def test_the_first_tail_window_is_the_widest_of_three_within_first_tasks():
+    """`widening_tails(tasks, first_tasks)`: the first window frees each rank's passes from its last,
+    second-last or third-last forward, the widest that frees at most ``first_tasks`` passes (the last
+    where none does), chosen at the first call; the windows widen one forward at a time from there,
+    up to the fewest forwards a rank has."""
+    from layersched.schedule.solve import tail_cut, widening_tails
+
+    tasks, torch_order, _ = _small_interleaved_row()
+
+    def frees(forwards: int) -> int:
+        cut = tail_cut(tasks, torch_order, forwards)
+        return int((torch_order.start >= cut[torch_order.processor]).sum())
+
+    sizes = [frees(f) for f in (1, 2, 3)]
+    assert sizes[0] < sizes[1] < sizes[2]
+    choices = [(0, 0), (sizes[1] - 1, 0), (sizes[1], 1), (sizes[2] - 1, 1), (sizes[2], 2), (10**9, 2)]
+    for first_tasks, skipped in choices:
+        cuts = widening_tails(tasks, first_tasks)
+        for k in (0, 1, 3):
+            assert list(cuts(torch_order, k)) == list(tail_cut(tasks, torch_order, forwards=skipped + k + 1)), (
+                first_tasks,
+                k,
+            )
+        assert cuts(torch_order, 12 - skipped) is None  # each rank has 12 forwards
+        assert cuts(torch_order, 11 - skipped) is not None
+
+
+def test_best_starts_its_tail_step_at_the_wider_window_on_a_small_row(monkeypatch):
+    """`best` gives the tail step `widening_tails` with `TAIL_FIRST_TASKS`: on the small row (every
+    window of which frees fewer passes) its first window is each rank's passes from the third-last
+    forward on."""
+    import yaml
+
+    import solvers.lns
+    from layersched.describe.config import ProblemSpec
+    from layersched.describe.stages import pipeline_from_spec
+    from layersched.schedule import solve
+    from tests.paths import PROBLEMS
+
+    seen = []
+
+    def tails(problem, schedule, cuts, **kw):
+        seen.append((cuts(schedule, 0), schedule))
+        return schedule, {}
+
+    monkeypatch.setattr(solvers.lns, "improve_tails", tails)
+    doc = yaml.safe_load((PROBLEMS / "zb-interleaved-1.5b.yaml").read_text())
+    doc["pipeline"].update(
+        stages=6, stages_per_rank=2, microbatches=6, memory_limit=6 * doc["pipeline"]["memory_forward"]
+    )
+    pipe = pipeline_from_spec(ProblemSpec.model_validate(doc))
+    solve_best(pipe, time_limit=8)
+    tasks = solve.task_graph(pipe, True, pipe.stage_to_rank())
+    assert tasks.problem.num_tasks <= solve.TAIL_FIRST_TASKS  # so the widest of the three fits
+    assert seen
+    cut, schedule = seen[0]
+    assert list(cut) == list(solve.tail_cut(tasks, schedule, forwards=3))
+
+
 def test_best_runs_the_tail_step_and_lists_it(monkeypatch):
     """`best` runs the tail step after CP-SAT, where the time allows, and lists what it reached (the
     steps after it are stubbed, so the call ends once the tail step has)."""
