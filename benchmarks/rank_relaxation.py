@@ -184,9 +184,10 @@ def held_steps(
 
 def tail_windows(tasks, schedule: Schedule, bound: int, *, time_limit: float, windows: int, log) -> list[dict]:
     """The tail step's widening windows (`layersched.schedule.solve.widening_tails`) from
-    ``schedule``, each re-solved by CP-SAT (`solvers.cpsat.solve_tails`) for up to ``time_limit``
-    seconds and kept where no worse, as `best` does, but with the time given per window and every
-    window up to ``windows`` tried, proven or not. One dict per window: ``k``, ``free`` (passes),
+    ``schedule``, from each rank's last forward on (`best` may start one or two forwards earlier,
+    `TAIL_FIRST_TASKS`), each re-solved by CP-SAT (`solvers.cpsat.solve_tails`) for up to
+    ``time_limit`` seconds and kept where no worse, as in `best`, but with the time given per window
+    and every window up to ``windows`` tried, proven or not. One dict per window: ``k``, ``free`` (passes),
     ``start`` and ``found`` (spans), ``bound`` (the window's own: no schedule that keeps every pass
     before the cuts where it is has a shorter span; at least ``bound``), ``proven``, ``seconds``.
     ``log(row)`` hears of each."""
@@ -294,23 +295,29 @@ def _complete(files: list[Path], time_limit: float, console: Console) -> None:
     console.print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
 
 
+def _timed(flag: str, path: Path, tasks, actions: list[list[str]], p: int) -> Schedule:
+    """``actions`` (per-rank orders) timed on the row of ``p`` ranks at their earliest starts; else
+    one line naming ``flag`` and ``path``: a pass the row has not, a deadlock, or over the memory."""
+    try:
+        start = time_orders(tasks.problem, complete_orders(tasks, actions))
+    except KeyError as e:
+        raise SystemExit(f"{flag} {path}: the p={p} row has no pass {e}") from None
+    except ValueError as e:  # a deadlock: an order that runs a pass before one it needs
+        raise SystemExit(f"{flag} {path}: its orders cannot run on the row ({e})") from None
+    if violations(tasks.problem, start, limit=1):
+        raise SystemExit(f"{flag} {path}: its orders break the row's memory limit")
+    return start
+
+
 def _tails(path: Path, args, console: Console) -> None:
     """``--tails``: the tail step's windows (`tail_windows`) from the orders of ``path`` (or torch's)."""
     torch = str(path).startswith("torch:")
     actions, p = (None, _ranks("--tails", path, str(path)[6:])) if torch else _orders("--tails", path)
     with tempfile.TemporaryDirectory() as tmp:
         pipe, tasks, bound = _row(tmp, p)
-    problem = tasks.problem
     if torch:
         actions = template_orders("interleaved-zb", pipe)
-    try:
-        start = time_orders(problem, complete_orders(tasks, actions))
-    except KeyError as e:
-        raise SystemExit(f"--tails {path}: the p={p} row has no pass {e}") from None
-    except ValueError as e:  # a deadlock: an order that runs a pass before one it needs
-        raise SystemExit(f"--tails {path}: its orders cannot run on the row ({e})") from None
-    if violations(problem, start, limit=1):
-        raise SystemExit(f"--tails {path}: its orders break the row's memory limit")
+    start = _timed("--tails", path, tasks, actions, p)
 
     def gap(span: int) -> str:
         return f"{span:,} ({(span - bound) / span:.2%})"
@@ -342,14 +349,7 @@ def _held(path: Path, args, console: Console) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         pipe, tasks, bound = _row(tmp, p)
     problem = tasks.problem
-    try:
-        start = time_orders(problem, complete_orders(tasks, actions))
-    except KeyError as e:
-        raise SystemExit(f"--held {path}: the p={p} row has no pass {e}") from None
-    except ValueError as e:  # a deadlock: an order that runs a pass before one it needs
-        raise SystemExit(f"--held {path}: its orders cannot run on the row ({e})") from None
-    if violations(problem, start, limit=1):
-        raise SystemExit(f"--held {path}: its orders break the row's memory limit")
+    start = _timed("--held", path, tasks, actions, p)
     passes = len(rank_order(tasks, start))
     if args.first >= passes:
         raise SystemExit(f"--first {args.first}: rank 0 has {passes} passes (0-{passes - 1})")
