@@ -489,12 +489,13 @@ at most this many passes. A narrower window's optimum is often where the widenin
 p=6, m=12 each rank's passes from its second-last forward on are proven optimal at 1.98%, and the
 window from the third-last (243 passes), proven at 1.67%, then has too little of the 60 s left.
 Started there, it is proven in 18-23 s (three runs; p=6, m=18: 22-23 s). 60 s runs of `best`, 2-core
-VM (session 45), with it against without, alternately, two runs each: p=6, m=12 1.67 / 1.67% against
-1.98 / 1.98%; p=6, m=18 1.15 / 1.15% against 1.36 / 1.15%; p=4, m=8 0.10 / 0.00% against 0.10 /
-1.93%; p=4, m=16, v=2 0.00% in all four; the V row at p=8 under 10 activations 0.15% in all four;
-the uneven row 2.89% against 2.89% (one run each). Rows whose first window already frees more run as
-before: p=8, m=16, v=2 (236 passes from the last forward, 260 from the second-last), the bundled p=8
-row (364 from the last), p=10, m=20 (565), and larger."""
+VM (session 45), with it against without, alternately, min / median / max of three runs: p=6, m=12
+1.67 / 1.67 / 1.67% against 1.98 / 1.98 / 1.98%; p=6, m=18 1.15 / 1.15 / 1.15% against 1.15 / 1.15 /
+1.36%; p=4, m=8 0.00 / 0.10 / 0.10% against 0.10 / 0.10 / 1.93%; two runs each: p=4, m=16, v=2 0.00%
+in all four; the V row at p=8 under 10 activations 0.15% in all four; the uneven row 2.89% against
+2.89% (one run each). Rows whose first window already frees more run as before: p=8, m=16, v=2 (236
+passes from the last forward, 260 from the second-last), the bundled p=8 row (364 from the last),
+p=10, m=20 (565), and larger."""
 
 
 TAIL_SHARE = 0.9
