@@ -259,6 +259,16 @@ def _ranks(flag: str, path: Path, ranks: int | str) -> int:
     return p
 
 
+def _given(flag: str, path: Path, tmp: str):
+    """The row named by ``path`` and its orders: a JSON file's per-rank ``actions`` (`_orders`), or
+    ``torch:P`` for torch's interleaved zero-bubble order of the p=P row. Returns the row's task
+    graph, its proven bound, the orders and the rank count."""
+    torch = str(path).startswith("torch:")
+    actions, p = (None, _ranks(flag, path, str(path)[6:])) if torch else _orders(flag, path)
+    pipe, tasks, bound = _row(tmp, p)
+    return tasks, bound, template_orders("interleaved-zb", pipe) if torch else actions, p
+
+
 def _complete(files: list[Path], time_limit: float, console: Console) -> None:
     """``--complete``: for each file, the row of its rank count with rank 0 held to its order."""
     table = Table(title=f"1.5B interleaved rows, rank 0 held to a given order: improve_coarse {time_limit:g} s")
@@ -266,11 +276,7 @@ def _complete(files: list[Path], time_limit: float, console: Console) -> None:
         table.add_column(col, justify="left" if col in ("row", "rank 0's order from") else "right", overflow="fold")
     with tempfile.TemporaryDirectory() as tmp:
         for path in files:
-            torch = str(path).startswith("torch:")
-            actions, p = (None, _ranks("--complete", path, str(path)[6:])) if torch else _orders("--complete", path)
-            pipe, tasks, bound = _row(tmp, p)
-            if torch:
-                actions = template_orders("interleaved-zb", pipe)
+            tasks, bound, actions, p = _given("--complete", path, tmp)
             t0 = time.perf_counter()
             try:
                 start, found = complete(tasks, actions[0], time_limit, bound)
@@ -311,12 +317,8 @@ def _timed(flag: str, path: Path, tasks, actions: list[list[str]], p: int) -> Sc
 
 def _tails(path: Path, args, console: Console) -> None:
     """``--tails``: the tail step's windows (`tail_windows`) from the orders of ``path`` (or torch's)."""
-    torch = str(path).startswith("torch:")
-    actions, p = (None, _ranks("--tails", path, str(path)[6:])) if torch else _orders("--tails", path)
     with tempfile.TemporaryDirectory() as tmp:
-        pipe, tasks, bound = _row(tmp, p)
-    if torch:
-        actions = template_orders("interleaved-zb", pipe)
+        tasks, bound, actions, p = _given("--tails", path, tmp)
     start = _timed("--tails", path, tasks, actions, p)
 
     def gap(span: int) -> str:
