@@ -365,6 +365,7 @@ def improve_tails(
     bound: int = 0,
     workers: int = 2,
     progress: Callable[[dict], None] | None = None,
+    window_limit: float | None = None,
 ) -> tuple[Schedule, dict]:
     """From a valid ``schedule``: every processor's tasks from ``cut`` (per processor) on re-solved at
     once (`solvers.cpsat.reoptimize_tails`), its orders timed at their earliest starts where that is
@@ -378,7 +379,11 @@ def improve_tails(
     wider one does; on pipelines, cut at each rank's last forward, then its second-last, ..., the
     proofs are quick (0.1-20 s on rows of 384 to 1,728 passes), and the wider windows found what the
     first did not (see `layersched.schedule.solve.TAIL_SHARE`). Each window may take what is left of
-    ``time_limit``."""
+    ``time_limit``; with ``window_limit``, at most that many seconds, and a window that used them all
+    without a proof but improved gives way to the next one, from the best schedule it found (where a
+    long ``time_limit`` would otherwise all go to one window's slow walk;
+    `layersched.schedule.solve.TAIL_WINDOW_LIMIT`). One that found nothing ends the step, leaving the
+    time to what follows."""
     cuts = cut if callable(cut) else (lambda _, k: cut if k == 0 else None)
     t0 = time.perf_counter()
     current, info = schedule, {"steps": 0, "improvements": 0}
@@ -401,12 +406,14 @@ def improve_tails(
                 return None, False
             return min((_retimed(problem, found), found), key=lambda s: s.objective(problem, objective)), False
 
-        current, got = _drive(problem, current, objective, left, bound, progress, step, least=0.05, steps=1)
+        capped = window_limit is not None and left > window_limit
+        seconds = window_limit if capped else left
+        current, got = _drive(problem, current, objective, seconds, bound, progress, step, least=0.05, steps=1)
         windows += 1
         info = {"steps": info["steps"] + got["steps"], "improvements": info["improvements"] + got["improvements"]}
         if got.get("interrupted"):
             info["interrupted"] = True
-        if got.get("interrupted") or not proven:
+        if got.get("interrupted") or not (proven or (capped and got["improvements"])):
             break
     return current, info | {"windows": windows}
 

@@ -389,6 +389,7 @@ def _search_mode(
                 bound=bound,
                 workers=workers,
                 progress=progress,
+                window_limit=TAIL_WINDOW_LIMIT,
             )
             interrupted = bool(info.get("interrupted"))
             tried[f"tail ({mode})"] = schedule.objective(problem, objective)
@@ -496,6 +497,28 @@ in all four; the V row at p=8 under 10 activations 0.15% in all four; the uneven
 2.89% (one run each). Rows whose first window already frees more run as before: p=8, m=16, v=2 (236
 passes from the last forward, 260 from the second-last), the bundled p=8 row (364 from the last),
 p=10, m=20 (565), and larger."""
+
+
+TAIL_WINDOW_LIMIT = 60.0
+"""At most this many seconds for one window of the tail step (`solvers.lns.improve_tails`). A window
+not proven optimal in them gives way to the next, wider one where it improved, and ends the step
+where it found nothing, leaving the time to the coarse levels and band steps. Before (session 45),
+the first window not proven took all that was left of the step, so a longer limit was hardly a
+better search: `best` with 1,200 s gave 1.54% on the bundled p=8 row. Only limits of about 90 s and
+more reach it; in a 60 s `best` the whole step has less, and runs as before. 300 s runs of `best`,
+2-core VM (session 46), alternately with the code before, min / median / max of three:
+
+- bundled p=8, m=24: 1.38 / 1.44 / 1.48%, against 1.64 / 1.70 / 1.70%. Traced: the first window
+  proven at 1.99% in 5-9 s, then three or four windows of 60 s, each improving (1.65%, then
+  1.50-1.57%, then 1.38-1.50%). With every capped window giving way, also where it found nothing:
+  1.06 / 1.38 / 1.38%, five windows each;
+- p=6, m=12: 1.09 / 1.48 / 1.60%, against 1.49 / 1.60 / 1.60%. The windows from each rank's third-
+  and fourth-last forward are proven at 1.67% (the second finds nothing), the fifth finds nothing in
+  60 s and the step ends at 91-125 s, where it went on to the end; the coarse levels and band steps
+  then find the rest.
+
+At 120 s (bundled p=8, two runs each) the second window gets 60 s and the third the rest: 1.58 and
+1.64%, against 1.65% twice."""
 
 
 TAIL_SHARE = 0.9

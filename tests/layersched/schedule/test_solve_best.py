@@ -297,6 +297,46 @@ def test_the_tail_step_widens_its_window_while_each_is_proven_and_then_beats_one
     assert info["windows"] == 1 and got.span(problem) == 621_199
 
 
+def test_a_tail_window_not_proven_within_window_limit_gives_way_to_the_next_while_it_improves(monkeypatch):
+    """With ``window_limit``, `improve_tails` gives each window at most that many seconds. A window that
+    had them all without a proof gives way to the next, wider one where it improved, and ends the step
+    where it found nothing; a window that had less (the step's time was ending), or any window without
+    ``window_limit``, ends the step where it is not proven. Here CP-SAT's proofs are hidden: each
+    window is solved as usual (on this small row, to its optimum within a second or so) and reported
+    not proven."""
+    import solvers.lns
+    from layersched.schedule.solve import tail_cut, widening_tails
+    from solvers.lns import improve_tails
+
+    tasks, torch_order, bound = _small_interleaved_row()
+    problem = tasks.problem
+    real, calls = solvers.lns.solve_tails, []
+
+    def unproven(problem, schedule, cut, seconds, **kw):
+        found, _ = real(problem, schedule, cut, seconds, **kw)
+        calls.append((list(cut), seconds, found is not None and found.span(problem) < schedule.span(problem)))
+        return found, False
+
+    monkeypatch.setattr(solvers.lns, "solve_tails", unproven)
+    got, info = improve_tails(
+        problem, torch_order, widening_tails(tasks), objective="span", time_limit=300, bound=bound, workers=1,
+        window_limit=30,
+    )  # fmt: skip
+    validate(problem, got)
+    assert info["windows"] == len(calls) >= 2
+    assert [improved for *_, improved in calls] == [True] * (len(calls) - 1) + [False]
+    assert info["improvements"] == len(calls) - 1 and got.span(problem) < 621_199  # below the first window's optimum
+    assert all(seconds <= 30 for _, seconds, _ in calls)
+    assert calls[0][0] == list(tail_cut(tasks, torch_order))
+    for limits in ({"time_limit": 300}, {"time_limit": 5, "window_limit": 30}):
+        calls.clear()
+        _, info = improve_tails(
+            problem, torch_order, widening_tails(tasks), objective="span", bound=bound, workers=1, **limits
+        )
+        assert info["windows"] == 1 and len(calls) == 1 and calls[0][2]  # it improved, yet the step ended
+        assert limits["time_limit"] - 1 < calls[0][1] <= limits["time_limit"]
+
+
 def test_the_first_tail_window_is_the_widest_of_three_within_first_tasks():
     """`widening_tails(tasks, first_tasks)`: the first window frees each rank's passes from its last,
     second-last or third-last forward, the widest that frees at most ``first_tasks`` passes (the last
@@ -327,7 +367,7 @@ def test_the_first_tail_window_is_the_widest_of_three_within_first_tasks():
 def test_best_starts_its_tail_step_at_the_wider_window_on_a_small_row(monkeypatch):
     """`best` gives the tail step `widening_tails` with `TAIL_FIRST_TASKS`: on the small row (every
     window of which frees fewer passes) its first window is each rank's passes from the third-last
-    forward on."""
+    forward on. Each window has at most `TAIL_WINDOW_LIMIT` seconds."""
     import yaml
 
     import solvers.lns
@@ -340,6 +380,7 @@ def test_best_starts_its_tail_step_at_the_wider_window_on_a_small_row(monkeypatc
 
     def tails(problem, schedule, cuts, **kw):
         seen.append((cuts(schedule, 0), schedule))
+        assert kw["window_limit"] == solve.TAIL_WINDOW_LIMIT
         return schedule, {}
 
     monkeypatch.setattr(solvers.lns, "improve_tails", tails)
