@@ -506,7 +506,8 @@ where it found nothing, leaving the time to the coarse levels and band steps. Be
 the first window not proven took all that was left of the step, so a longer limit was hardly a
 better search: `best` with 1,200 s gave 1.54% on the bundled p=8 row. Only limits of about 90 s and
 more reach it; in a 60 s `best` the whole step has less, and runs as before. 300 s runs of `best`,
-2-core VM (session 46), alternately with the code before, min / median / max of three:
+2-core VM (session 46, running about twice as fast as in session 45), alternately with the code
+before, min / median / max of three:
 
 - bundled p=8, m=24: 1.38 / 1.44 / 1.48%, against 1.64 / 1.70 / 1.70%. Traced: the first window
   proven at 1.99% in 5-9 s, then three or four windows of 60 s, each improving (1.65%, then
