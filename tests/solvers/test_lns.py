@@ -172,10 +172,10 @@ def test_a_tail_windows_own_bound_is_its_optimum_when_proven():
     p = Problem(duration=[2, 3, 1], num_processors=2, edges=[[0, 1]], delay=[5])
     s = Schedule(processor=[0, 0, 1], start=[0, 6, 9])
     stats: dict = {}
+    # task 0 kept (on processor 0 from 0), task 1 and 2 free: nothing can end before 2 + 3
     got, proven = solve_tails(p, s, np.array([1, 0]), 5, stats=stats)
     assert proven and got.makespan(p) == 5
     assert stats == {"free": 2, "bound": 5}
-    # task 0 kept (on processor 0 from 0), task 1 and 2 free: nothing can end before 2 + 3
     stats = {}
     got, proven = solve_tails(p, s, np.array([100, 100]), 5, stats=stats)
     assert proven and got is s and stats == {"free": 0, "bound": 10}
