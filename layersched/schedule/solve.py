@@ -389,7 +389,7 @@ def _search_mode(
                 bound=bound,
                 workers=workers,
                 progress=progress,
-                window_limit=TAIL_WINDOW_LIMIT,
+                window_limit=min(TAIL_WINDOW_LIMIT, TAIL_WINDOW_SHARE * tail_time),
             )
             interrupted = bool(info.get("interrupted"))
             tried[f"tail ({mode})"] = schedule.objective(problem, objective)
@@ -520,6 +520,23 @@ before, min / median / max of three:
 
 At 120 s (bundled p=8, two runs each) the second window gets 60 s and the third the rest: 1.58 and
 1.64%, against 1.65% twice. At 600 s (one run) 1.22%: the third window proven at that span."""
+
+
+TAIL_WINDOW_SHARE = 1 / 3
+"""At most this share of the tail step for one window (and never more than `TAIL_WINDOW_LIMIT`): one
+not proven in it gives way to the next, wider window where it improved, and ends the step where it
+found nothing. With a window's memory kept as reservoirs past `solvers.cpsat.TAIL_EXPANSION_TASKS`
+free passes, CP-SAT improves a wide window at once, so a window that is slow to prove is better left
+for the next: on the bundled p=8 row the window from each rank's second-last forward is not proven
+in 40 s (its own bound 1.48%), while the next one is proven at 1.22% in 20 s. 60 s runs of `best`,
+2-core VM (session 47), alternately with the code before (reservoirs always expanded, each window up
+to the whole step), min / median / max of three: bundled p=8 1.22 / 1.24 / 1.54% against 1.65 /
+1.74 / 1.74% (two more runs of the same code that day: 1.45 and 1.36%); p=6, m=12 1.49 / 1.60 /
+1.67% against 1.67% x3; the uneven row 2.89% x3 against 2.69% x3 (worse). Two runs each: p=6, m=18
+1.15% and p=8, m=16, v=2 1.36% in all four; p=4, m=8 0.00 and 0.87% against 0.00%. Either part
+alone does less: the share with the reservoirs always expanded gave p=8 1.99% (its second window
+found nothing in its third of the step), and the reservoirs kept without the share 1.68%, one run
+each."""
 
 
 TAIL_SHARE = 0.9

@@ -209,6 +209,57 @@ def test_a_tail_windows_bound_lies_between_the_bound_given_and_what_it_found(pro
         assert stats["bound"] == found
 
 
+@settings(max_examples=60, deadline=None)
+@given(problems(max_tasks=10, max_processors=3), st.sampled_from(["makespan", "span"]), st.data())
+def test_a_tail_window_finds_the_same_optimum_with_its_memory_expanded_or_not(problem, objective, data):
+    """`solve_tails` keeps the memory reservoirs as they are (``expand_memory=False``) or lets CP-SAT
+    expand them into pairwise precedences (True); by default it expands them only for windows of at
+    most `TAIL_EXPANSION_TASKS` free tasks. Both models are the same problem: each schedule is valid
+    (memory included), and where both are proven optimal they reach the same objective."""
+    from solvers.cpsat import solve_tails
+
+    start = list_schedule(problem, objective=objective)
+    if start.schedule is None:
+        return
+    sched = start.schedule
+    horizon = int(sched.end(problem).max()) + 1
+    P = problem.num_processors
+    cut = np.array(data.draw(st.lists(st.integers(0, horizon), min_size=P, max_size=P)))
+    found = {}
+    for expand in (False, True):
+        got, proven = solve_tails(problem, sched, cut, 5, objective=objective, workers=1, expand_memory=expand)
+        assert got is not None  # the start is a solution
+        validate(problem, got)
+        found[expand] = got.objective(problem, objective), proven
+    (a, proven_a), (b, proven_b) = found[False], found[True]
+    if proven_a and proven_b:
+        assert a == b
+
+
+def test_a_tail_window_expands_its_memory_only_up_to_a_size(monkeypatch):
+    """`solve_tails`' default: CP-SAT expands the reservoirs of a window of at most
+    `TAIL_EXPANSION_TASKS` free tasks, and keeps those of a wider one as they are."""
+    import solvers.cpsat
+    from solvers.cpsat import solve_tails
+
+    seen = []
+
+    class Spy(solvers.cpsat.cp_model.CpSolver):
+        def solve(self, model, *args):
+            seen.append(self.parameters.expand_reservoir_constraints)
+            return super().solve(model, *args)
+
+    monkeypatch.setattr(solvers.cpsat.cp_model, "CpSolver", Spy)
+    p = Problem(duration=[2] * 6, num_processors=1, mem_delta=[1, 1, 1, -1, -1, -1], capacity=[2], edges=[[0, 3]])
+    s = list_schedule(p).schedule
+    free = int((s.start >= 0).sum())
+    for limit, expanded in ((free, True), (free - 1, False)):
+        monkeypatch.setattr(solvers.cpsat, "TAIL_EXPANSION_TASKS", limit)
+        got, proven = solve_tails(p, s, np.array([0]), 5, workers=1)
+        validate(p, got)
+        assert proven and seen[-1] is expanded
+
+
 @settings(max_examples=20, deadline=None)
 @given(problems(max_tasks=10, max_processors=3), st.sampled_from(["makespan", "span"]), st.sampled_from([0.3, 1.0]))
 def test_a_band_step_is_valid_and_never_worse(problem, objective, band):

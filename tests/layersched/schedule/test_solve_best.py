@@ -367,7 +367,8 @@ def test_the_first_tail_window_is_the_widest_of_three_within_first_tasks():
 def test_best_starts_its_tail_step_at_the_wider_window_on_a_small_row(monkeypatch):
     """`best` gives the tail step `widening_tails` with `TAIL_FIRST_TASKS`: on the small row (every
     window of which frees fewer passes) its first window is each rank's passes from the third-last
-    forward on. Each window has at most `TAIL_WINDOW_LIMIT` seconds."""
+    forward on. Each window has at most `TAIL_WINDOW_SHARE` of the step, and never more than
+    `TAIL_WINDOW_LIMIT` seconds."""
     import yaml
 
     import solvers.lns
@@ -380,7 +381,8 @@ def test_best_starts_its_tail_step_at_the_wider_window_on_a_small_row(monkeypatc
 
     def tails(problem, schedule, cuts, **kw):
         seen.append((cuts(schedule, 0), schedule))
-        assert kw["window_limit"] == solve.TAIL_WINDOW_LIMIT
+        assert kw["window_limit"] == min(solve.TAIL_WINDOW_LIMIT, solve.TAIL_WINDOW_SHARE * kw["time_limit"])
+        assert kw["window_limit"] < kw["time_limit"]
         return schedule, {}
 
     monkeypatch.setattr(solvers.lns, "improve_tails", tails)
