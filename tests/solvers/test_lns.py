@@ -80,6 +80,17 @@ def test_a_kept_task_pins_its_affinity_group():
 
 
 @settings(max_examples=200, deadline=None)
+def _start_and_cuts(problem: Problem, objective: str, data) -> tuple[Schedule, np.ndarray] | None:
+    """List scheduling's schedule of ``problem`` (None where it finds none) and a cut per processor
+    drawn between 0 and just past its end."""
+    start = list_schedule(problem, objective=objective)
+    if start.schedule is None:
+        return None
+    horizon = int(start.schedule.end(problem).max()) + 1
+    P = problem.num_processors
+    return start.schedule, np.array(data.draw(st.lists(st.integers(0, horizon), min_size=P, max_size=P)))
+
+
 @given(
     problems(max_tasks=12, max_processors=3) | heterogeneous(max_tasks=12, max_processors=3),
     st.sampled_from(["makespan", "span"]),
@@ -129,13 +140,10 @@ def test_tails_are_replaced_validly_and_never_worse(problem, objective, data):
     pytest.importorskip("ortools")
     from solvers.cpsat import reoptimize_tails
 
-    start = list_schedule(problem, objective=objective)
-    if start.schedule is None:
+    drawn = _start_and_cuts(problem, objective, data)
+    if drawn is None:
         return
-    sched = start.schedule
-    horizon = int(sched.end(problem).max()) + 1
-    P = problem.num_processors
-    cut = np.array(data.draw(st.lists(st.integers(0, horizon), min_size=P, max_size=P)))
+    sched, cut = drawn
     moved = reoptimize_tails(problem, sched, cut, 2, objective=objective, workers=1)
     assert moved is not None  # the current placement is a solution
     validate(problem, moved)
@@ -143,7 +151,7 @@ def test_tails_are_replaced_validly_and_never_worse(problem, objective, data):
     assert (moved.start[~free] == sched.start[~free]).all()
     assert (moved.processor == sched.processor).all()
     end = sched.end(problem)
-    for q in range(P):
+    for q in range(problem.num_processors):
         kept = ~free & (sched.processor == q)
         if kept.any():
             assert (moved.start[free & (sched.processor == q)] >= end[kept].max()).all()
@@ -190,14 +198,11 @@ def test_a_tail_windows_bound_lies_between_the_bound_given_and_what_it_found(pro
     from solvers.bounds import lower_bound
     from solvers.cpsat import solve_tails
 
-    start = list_schedule(problem, objective=objective)
-    if start.schedule is None:
+    drawn = _start_and_cuts(problem, objective, data)
+    if drawn is None:
         return
-    sched = start.schedule
+    sched, cut = drawn
     value = sched.objective(problem, objective)
-    horizon = int(sched.end(problem).max()) + 1
-    P = problem.num_processors
-    cut = np.array(data.draw(st.lists(st.integers(0, horizon), min_size=P, max_size=P)))
     given_bound = data.draw(st.sampled_from([0, lower_bound(problem, objective)]))  # valid bounds only
     stats: dict = {}
     got, proven = solve_tails(problem, sched, cut, 2, objective=objective, bound=given_bound, workers=1, stats=stats)
@@ -218,13 +223,10 @@ def test_a_tail_window_finds_the_same_optimum_with_its_memory_expanded_or_not(pr
     (memory included), and where both are proven optimal they reach the same objective."""
     from solvers.cpsat import solve_tails
 
-    start = list_schedule(problem, objective=objective)
-    if start.schedule is None:
+    drawn = _start_and_cuts(problem, objective, data)
+    if drawn is None:
         return
-    sched = start.schedule
-    horizon = int(sched.end(problem).max()) + 1
-    P = problem.num_processors
-    cut = np.array(data.draw(st.lists(st.integers(0, horizon), min_size=P, max_size=P)))
+    sched, cut = drawn
     found = {}
     for expand in (False, True):
         got, proven = solve_tails(problem, sched, cut, 5, objective=objective, workers=1, expand_memory=expand)
