@@ -79,7 +79,6 @@ def test_a_kept_task_pins_its_affinity_group():
         cpsat(Problem([5, 5], num_processors=2, group=[0, 0]), keep_processor=np.array([0, 1]))
 
 
-@settings(max_examples=200, deadline=None)
 def _start_and_cuts(problem: Problem, objective: str, data) -> tuple[Schedule, np.ndarray] | None:
     """List scheduling's schedule of ``problem`` (None where it finds none) and a cut per processor
     drawn between 0 and just past its end."""
@@ -91,6 +90,7 @@ def _start_and_cuts(problem: Problem, objective: str, data) -> tuple[Schedule, n
     return start.schedule, np.array(data.draw(st.lists(st.integers(0, horizon), min_size=P, max_size=P)))
 
 
+@settings(max_examples=200, deadline=None)
 @given(
     problems(max_tasks=12, max_processors=3) | heterogeneous(max_tasks=12, max_processors=3),
     st.sampled_from(["makespan", "span"]),
