@@ -505,7 +505,8 @@ not proven optimal in them gives way to the next, wider one where it improved, a
 where it found nothing, leaving the time to the coarse levels and band steps. Before (session 45),
 the first window not proven took all that was left of the step, so a longer limit was hardly a
 better search: `best` with 1,200 s gave 1.54% on the bundled p=8 row. Only limits of about 90 s and
-more reach it; in a 60 s `best` the whole step has less, and runs as before. 300 s runs of `best`,
+more reach it; in a 60 s `best` the whole step has less (and since session 47 `TAIL_WINDOW_SHARE`
+caps each window there at a third of the step). 300 s runs of `best`,
 2-core VM (session 46, running about twice as fast as in session 45), alternately with the code
 before, min / median / max of three:
 
