@@ -534,11 +534,10 @@ in 40 s (its own bound 1.48%), while the next one is proven at 1.22% in 20 s. 60
 to the whole step), min / median / max of three: bundled p=8 1.22 / 1.24 / 1.54% against 1.65 /
 1.74 / 1.74% (two more runs of the same code that day: 1.45 and 1.36%); p=6, m=12 1.49 / 1.60 /
 1.67% against 1.67% x3; the uneven row 2.79 / 2.89 / 2.89% against 2.69 / 2.69 / 2.89% (six runs
-each; worse). Two runs each: p=6, m=18
-1.15% and p=8, m=16, v=2 1.36% in all four; p=4, m=8 0.00 and 0.87% against 0.00%. Either part
-alone does less: the share with the reservoirs always expanded gave p=8 1.99% (its second window
-found nothing in its third of the step), and the reservoirs kept without the share 1.68%, one run
-each."""
+each; worse). Two runs each: p=6, m=18 1.15% and p=8, m=16, v=2 1.36% in all four; p=4, m=8 0.00
+and 0.87% against 0.00%. Either part alone does less: the share with the reservoirs always
+expanded gave p=8 1.99% (its second window found nothing in its third of the step), and the
+reservoirs kept without the share 1.68%, one run each."""
 
 
 TAIL_SHARE = 0.9
