@@ -366,29 +366,31 @@ def improve_tails(
     workers: int = 2,
     progress: Callable[[dict], None] | None = None,
     window_limit: float | None = None,
+    jump: bool = False,
 ) -> tuple[Schedule, dict]:
     """From a valid ``schedule``: every processor's tasks from ``cut`` (per processor) on re-solved at
     once (`solvers.cpsat.reoptimize_tails`), its orders timed at their earliest starts where that is
     valid and no worse. The best schedule and ``info`` as `_drive` gives them, with ``windows``, the
     number of windows tried.
 
-    ``cut`` may also be a function of the current schedule and the number of windows tried so far
-    that gives the next window's cut, or None for no more: the windows then *widen*. The next one is
-    tried only while CP-SAT proves each window optimal within the time (where it does not, a wider
-    one would not be searched any better). A window proven optimal has nothing more to give, and a
-    wider one does; on pipelines, cut at each rank's last forward, then its second-last, ..., the
-    proofs are quick (0.1-20 s on rows of 384 to 1,728 passes), and the wider windows found what the
-    first did not (see `layersched.schedule.solve.TAIL_SHARE`). Each window may take what is left of
-    ``time_limit``; with ``window_limit``, at most that many seconds, and a window that used them all
-    without a proof but improved gives way to the next one, from the best schedule it found (where a
-    long ``time_limit`` would otherwise all go to one window's slow walk;
-    `layersched.schedule.solve.TAIL_WINDOW_LIMIT`). One that found nothing ends the step, leaving the
-    time to what follows."""
+    ``cut`` may also be a function of the current schedule and the next window's index (0, 1, 2, ...,
+    unless ``jump`` skips some) that gives its cut, or None for no more: the windows then *widen*. A
+    window proven optimal has nothing more to give, and a wider one does, so the next is tried; on
+    pipelines, cut at each rank's last forward, then its second-last, ..., the proofs are quick
+    (0.1-20 s on rows of 384 to 1,728 passes), and the wider windows found what the first did not (see
+    `layersched.schedule.solve.TAIL_SHARE`). Each window may take what is left of ``time_limit``, and
+    one not proven in it ends the step. With ``window_limit``, a window has at most that many seconds
+    (where a long ``time_limit`` would otherwise all go to one window's slow walk;
+    `layersched.schedule.solve.TAIL_WINDOW_LIMIT`); one that used them all without a proof gives way
+    to the next where it improved, from the best schedule it found, and where it found nothing, ends
+    the step, leaving the time to what follows. With ``jump`` too, it gives way instead to a much
+    wider window: after window ``k`` the next is window ``2k + 2`` (1 is followed by 4, and 4 by 10;
+    `layersched.schedule.solve.TAIL_JUMP`)."""
     cuts = cut if callable(cut) else (lambda _, k: cut if k == 0 else None)
     t0 = time.perf_counter()
     current, info = schedule, {"steps": 0, "improvements": 0}
-    windows = 0
-    while (this := cuts(current, windows)) is not None:
+    windows = k = 0  # windows tried; the next one's index
+    while (this := cuts(current, k)) is not None:
         left = time_limit - (time.perf_counter() - t0)
         if windows and left <= 0:
             break
@@ -413,7 +415,12 @@ def improve_tails(
         info = {"steps": info["steps"] + got["steps"], "improvements": info["improvements"] + got["improvements"]}
         if got.get("interrupted"):
             info["interrupted"] = True
-        if got.get("interrupted") or not (proven or (capped and got["improvements"])):
+            break
+        if proven or (capped and got["improvements"]):
+            k += 1
+        elif capped and jump:  # it had all its seconds and found nothing: on to a much wider window
+            k = 2 * k + 2
+        else:
             break
     return current, info | {"windows": windows}
 

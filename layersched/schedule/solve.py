@@ -390,6 +390,7 @@ def _search_mode(
                 workers=workers,
                 progress=progress,
                 window_limit=min(TAIL_WINDOW_LIMIT, TAIL_WINDOW_SHARE * tail_time),
+                jump=TAIL_JUMP,
             )
             interrupted = bool(info.get("interrupted"))
             tried[f"tail ({mode})"] = schedule.objective(problem, objective)
@@ -538,6 +539,31 @@ each; worse). Two runs each: p=6, m=18 1.15% and p=8, m=16, v=2 1.36% in all fou
 and 0.87% against 0.00%. Either part alone does less: the share with the reservoirs always
 expanded gave p=8 1.99% (its second window found nothing in its third of the step), and the
 reservoirs kept without the share 1.68%, one run each."""
+
+
+TAIL_JUMP = True
+"""Whether a tail window that had all of its seconds (`TAIL_WINDOW_SHARE`) and found nothing gives
+way to a much wider one (`solvers.lns.improve_tails`' ``jump``: after window ``k``, window ``2k +
+2``) instead of ending the step. Where a window finds nothing, the next one or two often do not
+either, while a much wider one does: at p=6, m=12 the window from each rank's fourth-last forward
+found nothing in 16 s in every run, and in one run that went on one forward at a time the fifth-last
+neither; with the jump the window from the seventh-last (315 passes) or, after it, the
+thirteenth-last (423) improved in the same time in each of five runs (four with a third of the step
+for a window, one with a quarter). Kept as reservoirs (`solvers.cpsat.TAIL_EXPANSION_TASKS`), their
+memory lets CP-SAT improve such wide windows at once. Before, the step ended there and the coarse
+levels and band steps had the rest.
+
+60 s runs of `best`, 2-core VM (session 48), alternately with the code before (the step ends),
+min / median / max of three: p=6, m=12 0.83 / 1.22 / 1.49% against 1.49 / 1.67 / 1.98%; the uneven
+row 2.28 / 2.28 / 2.79% against 2.69 / 2.79 / 2.89%; p=6, m=18 1.02 / 1.15 / 1.15% against 1.15% x3;
+bundled p=8, m=24 1.22 / 1.40 / 1.99% against 1.37 / 1.45 / 1.48% (the 1.40% run shared the machine
+for its first 20 s; in the 1.99% run the first window, 364 passes, was not proven in its 15 s, which
+other runs prove in 2-15 s, and the third found nothing as the step's time ran out). Two runs each
+way: p=8, m=16, v=2 1.36% and p=4, m=8 0.00%, unchanged (every window there improved, or the bound
+was reached). One run each way, where no window found nothing before the step's time was out, so
+they differ by CP-SAT's chance: p=10, m=20 2.91% (2.71%), p=12, m=24 3.28% (2.96%), p=12, m=36 1.93%
+(2.32%), V p=16 under 18 activations 1.01% (0.93%). Two runs of a first version of the same rule
+gave p=6, m=12 0.71% twice."""
 
 
 TAIL_SHARE = 0.9

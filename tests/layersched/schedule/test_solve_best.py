@@ -337,6 +337,46 @@ def test_a_tail_window_not_proven_within_window_limit_gives_way_to_the_next_whil
         assert limits["time_limit"] - 1 < calls[0][1] <= limits["time_limit"]
 
 
+def test_a_tail_window_that_found_nothing_jumps_to_a_much_wider_one_with_jump(monkeypatch):
+    """With ``jump``, a window that had all of ``window_limit`` and found nothing gives way to a much
+    wider one: after window ``k``, window ``2k + 2``, until the cuts give no more windows. Without it,
+    such a window ends the step. Here the first window is solved as usual and improves (reported not
+    proven), and every later one finds nothing."""
+    import solvers.lns
+    from layersched.schedule.solve import widening_tails
+    from solvers.lns import improve_tails
+
+    tasks, torch_order, bound = _small_interleaved_row()
+    problem = tasks.problem
+    real, asked, solved = solvers.lns.solve_tails, [], []
+
+    def first_only(problem, schedule, cut, seconds, **kw):
+        solved.append(list(cut))
+        if len(solved) > 1:
+            return None, False
+        return real(problem, schedule, cut, seconds, **kw)[0], False
+
+    widening = widening_tails(tasks)
+
+    def cuts(schedule, k):
+        asked.append(k)
+        return widening(schedule, k)
+
+    monkeypatch.setattr(solvers.lns, "solve_tails", first_only)
+    for jump, windows, tried in ((True, [0, 1, 4, 10, 22], 4), (False, [0, 1], 2)):
+        asked.clear()
+        solved.clear()
+        got, info = improve_tails(
+            problem, torch_order, cuts, objective="span", time_limit=300, bound=bound, workers=1, window_limit=30,
+            jump=jump,
+        )  # fmt: skip
+        validate(problem, got)
+        assert got.span(problem) < torch_order.span(problem)  # the first window's improvement is kept
+        # each rank has 12 forwards: window 22 would free from a 23rd-last, so there is none
+        assert asked == windows and info["windows"] == len(solved) == tried
+        assert solved[0] == list(widening_tails(tasks)(torch_order, 0))
+
+
 def test_the_first_tail_window_is_the_widest_of_three_within_first_tasks():
     """`widening_tails(tasks, first_tasks)`: the first window frees each rank's passes from its last,
     second-last or third-last forward, the widest that frees at most ``first_tasks`` passes (the last
@@ -368,7 +408,7 @@ def test_best_starts_its_tail_step_at_the_wider_window_on_a_small_row(monkeypatc
     """`best` gives the tail step `widening_tails` with `TAIL_FIRST_TASKS`: on the small row (every
     window of which frees fewer passes) its first window is each rank's passes from the third-last
     forward on. Each window has at most `TAIL_WINDOW_SHARE` of the step, and never more than
-    `TAIL_WINDOW_LIMIT` seconds."""
+    `TAIL_WINDOW_LIMIT` seconds; one that found nothing jumps as `TAIL_JUMP` says."""
     import yaml
 
     import solvers.lns
@@ -383,6 +423,7 @@ def test_best_starts_its_tail_step_at_the_wider_window_on_a_small_row(monkeypatc
         seen.append((cuts(schedule, 0), schedule))
         assert kw["window_limit"] == min(solve.TAIL_WINDOW_LIMIT, solve.TAIL_WINDOW_SHARE * kw["time_limit"])
         assert kw["window_limit"] < kw["time_limit"]
+        assert kw["jump"] is solve.TAIL_JUMP
         return schedule, {}
 
     monkeypatch.setattr(solvers.lns, "improve_tails", tails)
