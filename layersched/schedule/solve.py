@@ -548,26 +548,27 @@ way to a much wider one (`solvers.lns.improve_tails`' ``jump``: after window ``k
 either, while a much wider one does: at p=6, m=12 the window from each rank's fourth-last forward
 found nothing in 16 s in every run, and in one run that went on one forward at a time the fifth-last
 neither; with the jump the window from the seventh-last (315 passes) or, after it, the
-thirteenth-last (423) improved in the same time in each of five runs (four with a third of the step
-for a window, one with a quarter). Kept as reservoirs (`solvers.cpsat.TAIL_EXPANSION_TASKS`), their
-memory lets CP-SAT improve such wide windows at once. Before, the step ended there and the coarse
-levels and band steps had the rest.
+thirteenth-last (423) improved in the same time in five of the six 60 s runs where the jump came
+with time left (one of them with a quarter of the step for a window). Kept as reservoirs
+(`solvers.cpsat.TAIL_EXPANSION_TASKS`), their memory lets CP-SAT improve such wide windows at once.
+Before, the step ended there and the coarse levels and band steps had the rest.
 
 60 s runs of `best`, 2-core VM (session 48), alternately with the code before (the step ends),
-min / median / max of three: p=6, m=12 0.83 / 1.22 / 1.49% against 1.49 / 1.67 / 1.98%; the uneven
-row 2.28 / 2.28 / 2.79% against 2.69 / 2.79 / 2.89%; p=6, m=18 1.02 / 1.15 / 1.15% against 1.15% x3;
-bundled p=8, m=24 1.22 / 1.40 / 1.99% against 1.37 / 1.45 / 1.48% (the 1.40% run shared the machine
+min / median / max of five: p=6, m=12 0.83 / 1.49 / 1.67% against 1.49 / 1.67 / 1.98% (1.67% twice:
+once the windows jumped to found nothing either, once the first window was not proven in its 16 s
+and the jump came as time ran out); the uneven row 2.28 / 2.28 / 2.79% against 2.69 / 2.89 / 2.89%;
+bundled p=8, m=24 1.22 / 1.45 / 1.99% against 1.37 / 1.48 / 1.56% (the 1.40% run shared the machine
 for up to 20 s; in the 1.99% run the first window, 364 passes, was not proven in its 15 s, which
-other runs prove in 2-15 s, and the third found nothing as the step's time ran out). Two runs each
-way: p=8, m=16, v=2 1.36% and p=4, m=8 0.00%, unchanged (every window there improved, or the bound
-was reached). One run each way, where no window found nothing before the step's time was out, so
-they differ by CP-SAT's chance: p=10, m=20 2.91% (2.71%), p=12, m=24 3.28% (2.96%), p=12, m=36 1.93%
-(2.32%), V p=16 under 18 activations 1.01% (0.93%). Two runs of a first version of the same rule
-gave p=6, m=12 0.71% twice. At 300 s, one run each way: p=6, m=12 0.73% against 1.18% (the old step
-ended at 106 s, where the fourth-last forward's window found nothing in its 60 s; with the jump the
-seventh- and eighth-last improved); bundled p=8 1.31% against 1.06%, where no window found nothing
-before the last and the runs parted by chance (the third window proven at 1.22% in the second run
-only)."""
+other runs prove in 2-15 s, and the third found nothing as the step's time ran out). Of three: p=6,
+m=18 1.02 / 1.15 / 1.15% against 1.15% x3. Two runs each way: p=8, m=16, v=2 1.36% and p=4, m=8
+0.00%, unchanged (every window there improved, or the bound was reached). One run each way, where no
+window found nothing before the step's time was out, so they differ by CP-SAT's chance: p=10, m=20
+2.91% (2.71%), p=12, m=24 3.28% (2.96%), p=12, m=36 1.93% (2.32%), V p=16 under 18 activations
+1.01% (0.93%). Two runs of a first version of the same rule gave p=6, m=12 0.71% twice. At 300 s,
+one run each way: p=6, m=12 0.73% against 1.18% (the old step ended at 106 s, where the fourth-last
+forward's window found nothing in its 60 s; with the jump the seventh- and eighth-last improved);
+bundled p=8 1.31% against 1.06%, where no window found nothing before the last and the runs parted
+by chance (the third window proven at 1.22% in the second run only)."""
 
 
 TAIL_SHARE = 0.9
