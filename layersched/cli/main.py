@@ -225,7 +225,7 @@ def cmd_solve(args, console: Console) -> int:
         raise SpecError(f"--cuts: {args.problem} gives its stages directly; only a model-level problem can be cut")
     pipe = adjust(pipeline_from_spec(spec, args.problem, granularity="sublayer" if cuts == "sublayer" else "layer"))
     solver = args.solver or (None if args.schedule else pipe.default_solver)
-    _check_method_names(args, spec, solver)
+    _check_method_names(args, spec)
     options = {}
     if solver is not None:
         options["time_limit"] = _solver_time(args.time_limit, pipe, solver)
@@ -327,24 +327,27 @@ def _solver_time(limit: float, pipe, solver: str) -> float:
     return limit - budget.estimate("write")
 
 
-def _check_method_names(args, spec, solver: str | None) -> None:
-    """A template or solver named in the problem file is checked before anything runs; an unknown one
-    is reported with the file and the field that names it (an option names itself)."""
+def _check_method_names(args, spec) -> None:
+    """Every template or solver named, in the problem file or by an option, is checked before anything
+    runs, also one that this run does not use (a typo in the file's ``schedule`` would otherwise go
+    unnoticed until a run without ``--solver``); an unknown one is reported with the file and the field
+    that names it (an option names itself)."""
     from layersched.describe.config import SpecError
     from layersched.schedule.templates import TemplateError, get_template
     from solvers import solver_names
 
     section = "pipeline" if spec.pipeline is not None else "training"
-    if solver is not None:
-        if solver not in solver_names():  # best among them
-            where = "--solver" if args.solver else f"{args.problem}: {section}.solver"
-            raise SpecError(f"{where}: unknown solver {solver!r}; valid: {', '.join(solver_names())}")
-        return
-    try:
-        get_template(args.schedule or (spec.pipeline or spec.training).schedule)
-    except (TemplateError, ValueError) as exc:
-        where = "--schedule" if args.schedule else f"{args.problem}: {section}.schedule"
-        raise SpecError(f"{where}: {exc}") from None
+    given = spec.pipeline or spec.training
+    for where, name in ((f"{args.problem}: {section}.solver", given.solver), ("--solver", args.solver)):
+        if name is not None and name not in solver_names():  # best among them
+            raise SpecError(f"{where}: unknown solver {name!r}; valid: {', '.join(solver_names())}")
+    for where, name in ((f"{args.problem}: {section}.schedule", given.schedule), ("--schedule", args.schedule)):
+        if name is None:
+            continue
+        try:
+            get_template(name)
+        except (TemplateError, ValueError) as exc:
+            raise SpecError(f"{where}: {exc}") from None
 
 
 def _load_checked(path: str):

@@ -256,6 +256,23 @@ def test_template_or_solver_named_in_the_file_names_the_file_and_field(tmp_path,
     assert code == 2 and f"pipeline.solver: unknown solver 'nope'; valid: {valid}" in err[0]
 
 
+def test_a_name_in_the_file_is_checked_also_where_an_option_overrides_it(tmp_path, capsys):
+    """A typo in the file's ``schedule`` went unnoticed while the file was solved with ``--solver``,
+    and its ``solver`` while solved with ``--schedule``; nothing is written either way."""
+    out = tmp_path / "s.json"
+    bad = {**SMALL, "pipeline": {**SMALL["pipeline"], "schedule": "zb-h9"}}
+    code, err = run(capsys, "solve", problem(tmp_path, bad), "--solver", "list", "--out", out)
+    assert code == 2 and f"{tmp_path / 'p.yaml'}: pipeline.schedule: unknown schedule 'zb-h9'" in err[0]
+    bad = {**SMALL, "pipeline": {**SMALL["pipeline"], "solver": "nope"}}
+    code, err = run(capsys, "solve", problem(tmp_path, bad), "--schedule", "1f1b", "--out", out)
+    assert code == 2 and f"{tmp_path / 'p.yaml'}: pipeline.solver: unknown solver 'nope'" in err[0]
+    code, err = run(capsys, "solve", problem(tmp_path, SMALL), "--schedule", "zb-h9", "--out", out)
+    assert code == 2 and err[0].startswith("layersched solve: error: --schedule: unknown schedule 'zb-h9'")
+    assert not out.exists()
+    code, _ = run(capsys, "solve", problem(tmp_path, SMALL), "--solver", "list", "--out", out, "--quiet")
+    assert code == 0 and out.exists()
+
+
 def test_a_template_over_the_memory_limit_is_named_with_the_way_out(tmp_path, capsys):
     """GPipe keeps every micro-batch's activations on rank 0: over a limit of two it breaks the
     limit. The one line names the template, the broken rule and the search that keeps it."""
