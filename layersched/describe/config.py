@@ -456,6 +456,10 @@ def format_validation_error(path: str | Path, exc: ValidationError) -> str:
     errors = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
     for e in errors:  # the field's path, without pydantic's tags for a union's members and validators
         e["loc"] = tuple(x for x in e["loc"] if not _UNION_TAG.match(str(x)))
+    # where one member of a union failed on the field and another inside it (``forward: [1e30, 2]`` is not
+    # a number, and its item 0 is too large), the input had the inner one's shape: its error says what is wrong
+    deeper = {e["loc"][:k] for e in errors for k in range(len(e["loc"]))}
+    errors = [e for e in errors if e["loc"] not in deeper] or errors
     errors = list({e["loc"]: e for e in reversed(errors)}.values())[::-1]  # one error per field
     err = errors[0]
     loc = [str(x) for x in err["loc"]]

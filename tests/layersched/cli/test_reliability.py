@@ -273,6 +273,24 @@ def test_a_name_in_the_file_is_checked_also_where_an_option_overrides_it(tmp_pat
     assert code == 0 and out.exists()
 
 
+@pytest.mark.parametrize(
+    "field, value, needle",
+    [
+        ("forward", [2, 10**30], "pipeline.forward.1: Input should be less than or equal to 1000000000000000"),
+        ("forward", ["two", 2], "pipeline.forward.0: Input should be a valid integer, unable to parse string"),
+        ("placement", [0, -1], "pipeline.placement.1: Input should be greater than or equal to 0"),
+        ("forward", -2, "pipeline.forward: Input should be greater than or equal to 0"),
+        ("placement", "zigzag", "pipeline.placement: Input should be 'loop' or 'v'"),
+    ],
+)
+def test_a_bad_item_of_a_list_is_named_not_the_other_shape_the_field_may_take(tmp_path, capsys, field, value, needle):
+    """A cost may be a number or a list, a placement a word or a list: a list with one bad item was
+    reported as the field not being a number, or not 'loop' or 'v'."""
+    bad = {**SMALL, "pipeline": {**SMALL["pipeline"], field: value}}
+    code, err = run(capsys, "solve", problem(tmp_path, bad), "--out", tmp_path / "s.json")
+    assert code == 2 and f"{tmp_path / 'p.yaml'}: {needle}" in err[0], err
+
+
 def test_a_template_over_the_memory_limit_is_named_with_the_way_out(tmp_path, capsys):
     """GPipe keeps every micro-batch's activations on rank 0: over a limit of two it breaks the
     limit. The one line names the template, the broken rule and the search that keeps it."""
