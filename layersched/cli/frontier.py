@@ -43,14 +43,15 @@ def cmd_frontier(args, console) -> int:
     from rich.table import Table
 
     from layersched.describe.config import load_problem
-    from layersched.describe.stages import pipeline_from_spec
     from layersched.formats.export import check_output, write_text
     from layersched.formats.plot import plot_frontier
     from layersched.formats.report import rows_to_csv
     from layersched.formats.units import fmt_mem, fmt_time
+    from layersched.schedule.cuts import starting_pipeline
     from layersched.schedule.frontier import frontier
 
-    pipe = pipeline_from_spec(load_problem(args.problem), args.problem)
+    spec = load_problem(args.problem)
+    pipe = starting_pipeline(spec, args.problem, spec.training.cuts if spec.training is not None else None)
     if args.microbatches:
         pipe = replace(pipe, num_microbatches=args.microbatches)
     check_output(args.out_dir, folder=True)  # before the sweep, not after it

@@ -194,8 +194,8 @@ def _is_user_error(exc: Exception) -> bool:
 
 def cmd_solve(args, console: Console) -> int:
     from layersched.describe.config import SpecError, load_problem
-    from layersched.describe.stages import pipeline_from_spec
     from layersched.formats.export import check_output, save_json, schedule_file
+    from layersched.schedule.cuts import choose_cuts, starting_pipeline
     from layersched.schedule.solve import solve_pipeline
     from layersched.schedule.templates import TemplateError
     from solvers import Deadlock, InvalidSchedule
@@ -223,7 +223,7 @@ def cmd_solve(args, console: Console) -> int:
     cuts = args.cuts or (spec.training.cuts if spec.training is not None else None)
     if cuts is not None and spec.training is None:
         raise SpecError(f"--cuts: {args.problem} gives its stages directly; only a model-level problem can be cut")
-    pipe = adjust(pipeline_from_spec(spec, args.problem, granularity="sublayer" if cuts == "sublayer" else "layer"))
+    pipe = adjust(starting_pipeline(spec, args.problem, cuts))
     solver = args.solver or (None if args.schedule else pipe.default_solver)
     _check_method_names(args, spec)
     options = {}
@@ -244,8 +244,6 @@ def cmd_solve(args, console: Console) -> int:
 
             options["progress"] = progress
     if cuts == "best":
-        from layersched.schedule.cuts import choose_cuts
-
         share = dict(options)  # each partition's: the partitions share the limit
         deadline = time.perf_counter() + options.get("time_limit", 0.0)
 

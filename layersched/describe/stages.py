@@ -216,9 +216,11 @@ def _model_pipeline(
     layers = model_units(spec, granularity)
     S = ranks * train.stages_per_rank
     if len(layers) < S:
+        inside = granularity == "layer" and len(model_units(spec, "sublayer")) >= S
         raise SpecError(
-            f"{source}: training.pipeline: {S} stages need at least {S} layers, the model has "
-            f"{len(layers)}; lower pipeline or stages_per_rank"
+            f"{source}: training.pipeline: {S} stages need at least {S} "
+            f"{'layers' if granularity == 'layer' else 'sub-layers'}, the model has {len(layers)}; lower pipeline or "
+            f"stages_per_rank{', or cut inside layers (cuts: sublayer or best)' if inside else ''}"
         )
     if train.placement is not None:
         try:

@@ -46,6 +46,21 @@ class Candidate:
     why: str = ""
 
 
+def starting_pipeline(spec, source: str, cuts: str | None) -> Pipeline:
+    """The pipeline a command starts from under ``cuts`` (None for a stage-level problem): whole layers
+    (``layer``, and ``best`` where whole layers make enough stages), else sub-layers; `SpecError` names
+    the fault, the whole-layer one where neither can be built."""
+    try:
+        return pipeline_from_spec(spec, source, granularity="sublayer" if cuts == "sublayer" else "layer")
+    except SpecError as exc:
+        if cuts != "best":
+            raise
+        try:  # more stages than whole layers: only sub-layer cuts can make them
+            return pipeline_from_spec(spec, source, granularity="sublayer")
+        except SpecError:
+            raise exc from None
+
+
 def _parts_from_cuts(cuts: list[int], n: int) -> list[list[int]]:
     bounds = [0, *cuts, n]
     return [list(range(a, b)) for a, b in zip(bounds, bounds[1:], strict=False)]

@@ -63,6 +63,32 @@ def test_solve_reports_the_partitions_and_writes_sublayer_stages(tmp_path, capsy
     assert not any("." in n for stage in layers for n in stage)
 
 
+def test_more_stages_than_whole_layers_are_cut_inside_layers_under_best(tmp_path, capsys):
+    """GPT-3 cut to 4 blocks (6 layers with embedding and head) on 4 ranks x 2 stages: whole layers cannot
+    make 8 stages. Under ``cuts: best`` (the default) ``solve`` and ``frontier`` refused it before trying
+    sub-layer cuts; now ``solve`` schedules them and says why whole layers were not, ``--cuts layer``
+    names the way out, and ``frontier`` sweeps the sub-layer partition."""
+    import yaml
+
+    data = yaml.safe_load((PROBLEMS / "gpt3-1.3b-a100.yaml").read_text())
+    data["cluster"] = str(PROBLEMS / data["cluster"])
+    data["model"]["architecture"]["num_layers"] = 4
+    data["training"].update(pipeline=4, stages_per_rank=2)
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(data))
+    out = tmp_path / "s.json"
+    assert main(["solve", str(path), "--solver", "list", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "cuts: whole layers: none (" in text and "8 stages need at least 8 layers, the model has 6" in text
+    assert "cuts: sub-layers: " in text and main(["validate", str(out)]) == 0
+    assert main(["solve", str(path), "--solver", "list", "--cuts", "layer", "--out", str(tmp_path / "t.json")]) == 2
+    err = capsys.readouterr().err
+    assert "the model has 6; lower pipeline or stages_per_rank, or cut inside layers (cuts: sublayer or best)" in err
+    # frontier starts from the same partition (it used whole layers whatever the file's cuts)
+    args = ["frontier", str(path), "--points", "2", "--time-limit", "1", "--out-dir", str(tmp_path), "--quiet"]
+    assert main(args) == 0 and (tmp_path / "gpt3-1.3b-a100-frontier.csv").exists()
+
+
 def test_cuts_on_a_stage_level_problem_is_one_line(capsys):
     assert main(["solve", str(PROBLEMS / "zb-1.5b.yaml"), "--cuts", "sublayer", "--out", "/tmp/never.json"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
