@@ -176,6 +176,11 @@ class ModelSpec(Strict):
             raise ValueError("give exactly one of 'layers' or 'architecture'")
         if self.layers is not None and not self.layers:
             raise ValueError("'layers' is empty; a model needs at least one layer")
+        seen: set[str] = set()
+        for layer in self.layers or []:  # a schedule names its stages' layers; the runner finds them by name
+            if layer.name in seen:
+                raise ValueError(f"two layers are named {layer.name!r}; give each its own name")
+            seen.add(layer.name)
         return self
 
 

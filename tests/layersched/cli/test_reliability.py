@@ -169,6 +169,10 @@ def test_out_dir_naming_a_file(tmp_path, capsys):
          b"backward_weight: 1}\n", "pipeline.forward: expected a number, got true"),
         ("on.yaml", b"name: t\npipeline: {stages: 2, microbatches: on, forward: 1, backward_input: 1, "
          b"backward_weight: 1}\n", "pipeline.microbatches: expected a number, got true"),
+        # a schedule names its stages' layers, and the runner finds them by name
+        ("twins.yaml", b"name: t\nmodel: {name: m, layers: [" + b"{name: fc, forward: 1, backward_input: 1, "
+         b"backward_weight: 1}, " * 2 + b"]}\ncluster: " + str(PROBLEMS / "clusters/a100-8.yaml").encode() +
+         b"\ntraining: {microbatches: 2, pipeline: 2}\n", "model: two layers are named 'fc'; give each its own name"),
     ],
 )  # fmt: skip
 def test_bad_input_files(tmp_path, capsys, name, content, needle):
