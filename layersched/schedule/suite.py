@@ -35,8 +35,8 @@ from layersched.describe.config import (
     bundled_problems,
     load_problem,
     load_spec,
+    read_data,
 )
-from layersched.describe.stages import pipeline_from_spec
 
 COLUMNS = (
     "problem",
@@ -135,11 +135,18 @@ def run_suite(
     (`layersched.runtime.torch_orders.peers`); its `TemplateError` is the reason it does not apply.
     Peers are timed and validated like templates. A suite that names a peer not given gets a row
     saying so."""
+    from layersched.schedule.cuts import starting_pipeline
     from layersched.schedule.solve import solve_orders, solve_pipeline
     from layersched.schedule.templates import TemplateError
     from solvers import Deadlock, InvalidSchedule
 
-    suite = load_spec(path, SuiteSpec)
+    data = read_data(path)
+    if isinstance(data, dict) and "problems" not in data and ({"pipeline", "model"} & set(data)):
+        raise SpecError(
+            f"{path}: a problem file, not a suite; solve it with 'layersched solve', or name it under a suite "
+            "file's problems: (see problems/suites/)"
+        )
+    suite = load_spec(path, SuiteSpec, data)
     peers = peers or {}
     methods = methods or suite.methods
     check_methods(path, methods, peers)  # without torch (no peers) a torch method's row says what it needs
@@ -148,7 +155,7 @@ def run_suite(
     rows = []
     for k, (prob, factor, method) in enumerate(jobs):
         spec: ProblemSpec = load_problem(path.parent / prob.path)
-        pipe = pipeline_from_spec(spec, prob.path)
+        pipe = starting_pipeline(spec, prob.path, spec.training.cuts if spec.training is not None else None)
         if pipe.capacity is not None and factor != 1:
             pipe = replace(pipe, capacity=int(pipe.capacity * factor))
         label = f"{factor:g}x"

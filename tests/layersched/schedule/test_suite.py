@@ -10,7 +10,7 @@ from layersched.describe.config import SpecError
 from layersched.formats.export import load_schedule, to_problem
 from layersched.schedule.suite import run_suite
 from solvers import validate
-from tests.paths import DATA
+from tests.paths import DATA, PROBLEMS
 
 
 def test_suite_rows_are_validated_results_or_reasons():
@@ -42,6 +42,28 @@ def test_bench_cli_writes_table_csv_and_plot(tmp_path, capsys):
 def test_unknown_method_is_named():
     with pytest.raises(SpecError, match="unknown method 'zb-h9'"):
         run_suite(DATA / "suite-small.yaml", methods=["zb-h9"])
+
+
+def test_a_problem_file_given_as_a_suite_is_named_so(capsys):
+    assert main(["bench", str(PROBLEMS / "zb-1.5b.yaml"), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "zb-1.5b.yaml: a problem file, not a suite; solve it with 'layersched solve'" in err[0]
+
+
+def test_a_suite_cuts_a_model_with_more_stages_than_layers_inside_layers(tmp_path):
+    """As `solve` does under ``cuts: best``: whole layers cannot make 8 stages of a 6-layer model."""
+    import yaml
+
+    data = yaml.safe_load((PROBLEMS / "gpt3-1.3b-a100.yaml").read_text())
+    data["cluster"] = str(PROBLEMS / data["cluster"])
+    data["model"]["architecture"]["num_layers"] = 4
+    data["training"].update(pipeline=4, stages_per_rank=2)
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(data))
+    suite = {"name": "s", "problems": [{"path": "p.yaml"}], "methods": ["interleaved", "list"]}
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(suite))
+    rows = run_suite(tmp_path / "s.yaml")
+    assert [r["status"] for r in rows] == ["template", "feasible"], rows
+    assert all(r["value"] >= r["lower_bound"] > 0 for r in rows)
 
 
 def test_solve_best_is_never_worse_than_any_template(tmp_path):
