@@ -129,7 +129,9 @@ class PartitionInput:
         if processors < 1:
             raise ValueError("processors must be at least 1")
         if n < processors:
-            raise ValueError(f"cannot split {n} items onto {processors} processors: at least {processors} are needed")
+            raise ValueError(
+                f"cannot split {n} items onto {processors} processors: each needs at least one; use at most {n}"
+            )
         if comm not in COMM_MODES:
             raise ValueError(f"unknown comm mode {comm!r}; valid: {', '.join(COMM_MODES)}")
         speed_arr = _vector(speed, processors, "speed", 1.0)

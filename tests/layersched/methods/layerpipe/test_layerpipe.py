@@ -132,6 +132,8 @@ def test_partition_command(capsys):
     assert main(["partition", str(ROOT / "problems/resnet50-v100.yaml"), "--method", "pipedream"]) == 0
     assert main(["partition", str(ROOT / "problems/zb-1.5b.yaml")]) == 2
     assert "needs a model-level problem" in capsys.readouterr().err
+    assert main(["partition", str(ROOT / "problems/mlp-tiny.yaml"), "-P", "8"]) == 2  # 4 layers
+    assert "cannot split 4 items onto 8 processors: each needs at least one; use at most 4" in capsys.readouterr().err
 
 
 def test_experiment_quick(tmp_path):
