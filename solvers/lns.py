@@ -367,6 +367,7 @@ def improve_tails(
     progress: Callable[[dict], None] | None = None,
     window_limit: float | None = None,
     jump: bool = False,
+    jump_proven: bool = False,
 ) -> tuple[Schedule, dict]:
     """From a valid ``schedule``: every processor's tasks from ``cut`` (per processor) on re-solved at
     once (`solvers.cpsat.reoptimize_tails`), its orders timed at their earliest starts where that is
@@ -385,7 +386,9 @@ def improve_tails(
     to the next where it improved, from the best schedule it found, and where it found nothing, ends
     the step, leaving the time to what follows. With ``jump`` too, it gives way instead to a much
     wider window: after window ``k`` the next is window ``2k + 2`` (1 is followed by 4, and 4 by 10;
-    `layersched.schedule.solve.TAIL_JUMP`)."""
+    `layersched.schedule.solve.TAIL_JUMP`). With ``jump_proven``, a window proven optimal is followed
+    by window ``2k + 2`` as well (0 by 2): the windows just wider seldom improve on a proven optimum
+    (`layersched.schedule.solve.TAIL_JUMP_PROVEN`)."""
     cuts = cut if callable(cut) else (lambda _, k: cut if k == 0 else None)
     t0 = time.perf_counter()
     current, info = schedule, {"steps": 0, "improvements": 0}
@@ -416,7 +419,9 @@ def improve_tails(
         if got.get("interrupted"):
             info["interrupted"] = True
             break
-        if proven or (capped and got["improvements"]):
+        if proven and jump_proven:
+            k = 2 * k + 2
+        elif proven or (capped and got["improvements"]):
             k += 1
         elif capped and jump:  # it had all its seconds and found nothing: on to a much wider window
             k = 2 * k + 2

@@ -377,6 +377,42 @@ def test_a_tail_window_that_found_nothing_jumps_to_a_much_wider_one_with_jump(mo
         assert solved[0] == list(widening_tails(tasks)(torch_order, 0))
 
 
+def test_a_tail_window_proven_optimal_jumps_to_window_2k_plus_2_with_jump_proven(monkeypatch):
+    """With ``jump_proven``, a window proven optimal is followed by window ``2k + 2`` (0 by 2, 2 by 6),
+    not by the next one; without it, each proven window is followed by the next, until the cuts give
+    no more. Here the first window is solved as usual, and every window is reported proven."""
+    import solvers.lns
+    from layersched.schedule.solve import widening_tails
+    from solvers.lns import improve_tails
+
+    tasks, torch_order, bound = _small_interleaved_row()
+    problem = tasks.problem
+    real, asked, solved = solvers.lns.solve_tails, [], []
+
+    def proven(problem, schedule, cut, seconds, **kw):
+        solved.append(list(cut))
+        return (real(problem, schedule, cut, seconds, **kw)[0] if len(solved) == 1 else schedule), True
+
+    widening = widening_tails(tasks)
+
+    def cuts(schedule, k):
+        asked.append(k)
+        return widening(schedule, k)
+
+    monkeypatch.setattr(solvers.lns, "solve_tails", proven)
+    for jump_proven, windows in ((True, [0, 2, 6, 14]), (False, list(range(13)))):
+        asked.clear()
+        solved.clear()
+        got, info = improve_tails(
+            problem, torch_order, cuts, objective="span", time_limit=300, bound=bound, workers=1, window_limit=30,
+            jump=True, jump_proven=jump_proven,
+        )  # fmt: skip
+        validate(problem, got)
+        assert got.span(problem) < torch_order.span(problem)  # the first window's improvement is kept
+        # each rank has 12 forwards: windows 12 and 14 would free from a 13th- and 15th-last, so there are none
+        assert asked == windows and info["windows"] == len(solved) == len(windows) - 1
+
+
 def test_the_first_tail_window_is_the_widest_of_three_within_first_tasks():
     """`widening_tails(tasks, first_tasks)`: the first window frees each rank's passes from its last,
     second-last or third-last forward, the widest that frees at most ``first_tasks`` passes (the last
@@ -408,7 +444,8 @@ def test_best_starts_its_tail_step_at_the_wider_window_on_a_small_row(monkeypatc
     """`best` gives the tail step `widening_tails` with `TAIL_FIRST_TASKS`: on the small row (every
     window of which frees fewer passes) its first window is each rank's passes from the third-last
     forward on. Each window has at most `TAIL_WINDOW_SHARE` of the step, and never more than
-    `TAIL_WINDOW_LIMIT` seconds; one that found nothing jumps as `TAIL_JUMP` says."""
+    `TAIL_WINDOW_LIMIT` seconds; one that found nothing jumps as `TAIL_JUMP` says, and one proven
+    optimal as `TAIL_JUMP_PROVEN` says."""
     import yaml
 
     import solvers.lns
@@ -423,7 +460,7 @@ def test_best_starts_its_tail_step_at_the_wider_window_on_a_small_row(monkeypatc
         seen.append((cuts(schedule, 0), schedule))
         assert kw["window_limit"] == min(solve.TAIL_WINDOW_LIMIT, solve.TAIL_WINDOW_SHARE * kw["time_limit"])
         assert kw["window_limit"] < kw["time_limit"]
-        assert kw["jump"] is solve.TAIL_JUMP
+        assert kw["jump"] is solve.TAIL_JUMP and kw["jump_proven"] is solve.TAIL_JUMP_PROVEN
         return schedule, {}
 
     monkeypatch.setattr(solvers.lns, "improve_tails", tails)
