@@ -367,7 +367,7 @@ def improve_tails(
     progress: Callable[[dict], None] | None = None,
     window_limit: float | None = None,
     jump: bool = False,
-    jump_proven: bool = False,
+    jump_proven: float | None = None,
 ) -> tuple[Schedule, dict]:
     """From a valid ``schedule``: every processor's tasks from ``cut`` (per processor) on re-solved at
     once (`solvers.cpsat.reoptimize_tails`), its orders timed at their earliest starts where that is
@@ -386,9 +386,10 @@ def improve_tails(
     to the next where it improved, from the best schedule it found, and where it found nothing, ends
     the step, leaving the time to what follows. With ``jump`` too, it gives way instead to a much
     wider window: after window ``k`` the next is window ``2k + 2`` (1 is followed by 4, and 4 by 10;
-    `layersched.schedule.solve.TAIL_JUMP`). With ``jump_proven``, a window proven optimal is followed
-    by window ``2k + 2`` as well (0 by 2): the windows just wider seldom improve on a proven optimum
-    (`layersched.schedule.solve.TAIL_JUMP_PROVEN`)."""
+    `layersched.schedule.solve.TAIL_JUMP`). With ``jump_proven`` (a share), a window proven optimal
+    only after more than that share of its seconds is followed by window ``2k + 2`` as well (0 by 2):
+    the windows just wider then seldom improve on its optimum, while a window proven soon is followed
+    by the next (`layersched.schedule.solve.TAIL_JUMP_PROVEN`)."""
     cuts = cut if callable(cut) else (lambda _, k: cut if k == 0 else None)
     t0 = time.perf_counter()
     current, info = schedule, {"steps": 0, "improvements": 0}
@@ -413,13 +414,15 @@ def improve_tails(
 
         capped = window_limit is not None and left > window_limit
         seconds = window_limit if capped else left
+        began = time.perf_counter()
         current, got = _drive(problem, current, objective, seconds, bound, progress, step, least=0.05, steps=1)
+        slow = jump_proven is not None and time.perf_counter() - began > jump_proven * seconds
         windows += 1
         info = {"steps": info["steps"] + got["steps"], "improvements": info["improvements"] + got["improvements"]}
         if got.get("interrupted"):
             info["interrupted"] = True
             break
-        if proven and jump_proven:
+        if proven and slow:
             k = 2 * k + 2
         elif proven or (capped and got["improvements"]):
             k += 1

@@ -377,10 +377,11 @@ def test_a_tail_window_that_found_nothing_jumps_to_a_much_wider_one_with_jump(mo
         assert solved[0] == list(widening_tails(tasks)(torch_order, 0))
 
 
-def test_a_tail_window_proven_optimal_jumps_to_window_2k_plus_2_with_jump_proven(monkeypatch):
-    """With ``jump_proven``, a window proven optimal is followed by window ``2k + 2`` (0 by 2, 2 by 6),
-    not by the next one; without it, each proven window is followed by the next, until the cuts give
-    no more. Here the first window is solved as usual, and every window is reported proven."""
+def test_a_tail_window_proven_slowly_jumps_to_window_2k_plus_2_with_jump_proven(monkeypatch):
+    """With ``jump_proven``, a window proven optimal after more than that share of its seconds is
+    followed by window ``2k + 2`` (0 by 2, 2 by 6), not by the next one; one proven sooner, or any
+    without ``jump_proven``, by the next, until the cuts give no more. Here the first window is solved
+    as usual (in about a second of its 30), and every window is reported proven at once."""
     import solvers.lns
     from layersched.schedule.solve import widening_tails
     from solvers.lns import improve_tails
@@ -400,7 +401,7 @@ def test_a_tail_window_proven_optimal_jumps_to_window_2k_plus_2_with_jump_proven
         return widening(schedule, k)
 
     monkeypatch.setattr(solvers.lns, "solve_tails", proven)
-    for jump_proven, windows in ((True, [0, 2, 6, 14]), (False, list(range(13)))):
+    for jump_proven, windows in ((0.0, [0, 2, 6, 14]), (None, list(range(13))), (0.5, list(range(13)))):
         asked.clear()
         solved.clear()
         got, info = improve_tails(
