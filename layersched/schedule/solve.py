@@ -576,7 +576,8 @@ TAIL_JUMP_PROVEN = 0.5
 """A tail window proven optimal only after more than this share of its seconds is followed by window
 ``2k + 2`` (`solvers.lns.improve_tails`' ``jump_proven``; the first window, 0, by window 2) instead of
 the next one, one forward wider; one proven sooner is followed by the next. On the p=6 rows the first
-window (243 passes) is proven in 8-15 of its 16 s, and the window after it then found nothing in its
+window (243 passes) is proven in 8.1-15.5 of its 16 s (15 traced runs in session 50; the share is
+close to the quickest of them), and the window after it then found nothing in its
 16 s in every traced run (session 48, and 6 of 6 in session 50), so a third of the step went by
 before the wider windows that do improve began. On the bundled p=8 row the window two forwards wider
 is the one that reaches 1.22% (session 47), and the jump gets there 15 s sooner where the first proof
