@@ -50,8 +50,7 @@ def cmd_frontier(args, console) -> int:
     from layersched.schedule.cuts import starting_pipeline
     from layersched.schedule.frontier import frontier
 
-    spec = load_problem(args.problem)
-    pipe = starting_pipeline(spec, args.problem, spec.training.cuts if spec.training is not None else None)
+    pipe = starting_pipeline(load_problem(args.problem), args.problem)
     if args.microbatches:
         pipe = replace(pipe, num_microbatches=args.microbatches)
     check_output(args.out_dir, folder=True)  # before the sweep, not after it

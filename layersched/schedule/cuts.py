@@ -46,10 +46,12 @@ class Candidate:
     why: str = ""
 
 
-def starting_pipeline(spec, source: str, cuts: str | None) -> Pipeline:
-    """The pipeline a command starts from under ``cuts`` (None for a stage-level problem): whole layers
-    (``layer``, and ``best`` where whole layers make enough stages), else sub-layers; `SpecError` names
-    the fault, the whole-layer one where neither can be built."""
+def starting_pipeline(spec, source: str, cuts: str | None = None) -> Pipeline:
+    """The pipeline a command starts from under ``cuts`` (by default a model-level problem's own
+    ``training.cuts``; none for a stage-level one): whole layers (``layer``, and ``best`` where whole
+    layers make enough stages), else sub-layers; `SpecError` names the fault, the whole-layer one where
+    neither can be built."""
+    cuts = cuts or (spec.training.cuts if spec.training is not None else None)
     try:
         return pipeline_from_spec(spec, source, granularity="sublayer" if cuts == "sublayer" else "layer")
     except SpecError as exc:

@@ -155,7 +155,7 @@ def run_suite(
     rows = []
     for k, (prob, factor, method) in enumerate(jobs):
         spec: ProblemSpec = load_problem(path.parent / prob.path)
-        pipe = starting_pipeline(spec, prob.path, spec.training.cuts if spec.training is not None else None)
+        pipe = starting_pipeline(spec, prob.path)
         if pipe.capacity is not None and factor != 1:
             pipe = replace(pipe, capacity=int(pipe.capacity * factor))
         label = f"{factor:g}x"
