@@ -1,5 +1,5 @@
 # Two commands for a newcomer (see README.md):
-#   make demo   set up .venv, install layersched, solve a bundled problem, print the summary
+#   make demo   set up .venv, install layersched, solve a bundled problem with `best`, print the summary
 #   make test   run the test suite (sets up .venv first if needed)
 PYTHON ?= python3
 VENV   ?= .venv
@@ -17,7 +17,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 demo: $(VENV)/.installed
-	$(VENV)/bin/layersched solve $(PROBLEM) --out schedule.json
+	$(VENV)/bin/layersched solve $(PROBLEM) --solver best --time-limit 30 --out schedule.json
 	$(VENV)/bin/layersched show schedule.json --plot schedule.svg
 
 # two workers (pytest-xdist), each test file on one of them so that its cached runs are made once:
