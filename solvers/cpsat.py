@@ -382,6 +382,7 @@ def solve_tails(
     workers: int = 2,
     stats: dict | None = None,
     expand_memory: bool | None = None,
+    fixed_search: bool = False,
 ) -> tuple[Schedule | None, bool]:
     """`reoptimize_tails`, and whether CP-SAT proved its schedule optimal for the window (every task
     before the cuts where it is): True also where nothing was free. A ``stats`` dict given hears the
@@ -389,7 +390,12 @@ def solve_tails(
     is does better; at least ``bound``) and the number of ``free`` tasks.
 
     ``expand_memory`` says whether CP-SAT's presolve expands each memory reservoir into a Boolean per
-    pair of its events; by default it does for windows of at most `TAIL_EXPANSION_TASKS` free tasks."""
+    pair of its events; by default it does for windows of at most `TAIL_EXPANSION_TASKS` free tasks.
+    ``fixed_search`` runs CP-SAT's fixed search alone, on one worker (``workers`` is then ignored):
+    from the schedule as hint it sets the free tasks' starts one after another at their least values,
+    backtracking where that fails, with no LP and no neighbourhoods. On some windows it reaches the
+    window's own bound at once where the default portfolio walks slowly (see
+    `solvers.lns.improve_tails`'s ``fixed_first``)."""
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r}; valid: {', '.join(OBJECTIVES)}")
     start, proc = schedule.start, schedule.processor
@@ -449,7 +455,9 @@ def solve_tails(
         model.add_hint(s[t], int(start[t]))
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(0.01, float(time_limit))
-    solver.parameters.num_workers = workers
+    solver.parameters.num_workers = 1 if fixed_search else workers
+    if fixed_search:
+        solver.parameters.search_branching = type(solver.parameters.search_branching).FIXED_SEARCH
     if expand_memory is None:
         expand_memory = len(W) <= TAIL_EXPANSION_TASKS
     solver.parameters.expand_reservoir_constraints = bool(expand_memory)

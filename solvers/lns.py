@@ -368,6 +368,7 @@ def improve_tails(
     window_limit: float | None = None,
     jump: bool = False,
     jump_proven: float | None = None,
+    fixed_first: float = 0.0,
 ) -> tuple[Schedule, dict]:
     """From a valid ``schedule``: every processor's tasks from ``cut`` (per processor) on re-solved at
     once (`solvers.cpsat.reoptimize_tails`), its orders timed at their earliest starts where that is
@@ -389,7 +390,11 @@ def improve_tails(
     `layersched.schedule.solve.TAIL_JUMP`). With ``jump_proven`` (a share), a window proven optimal
     only after more than that share of its seconds is followed by window ``2k + 2`` as well (0 by 2):
     the windows just wider then seldom improve on its optimum, while a window proven soon is followed
-    by the next (`layersched.schedule.solve.TAIL_JUMP_PROVEN`)."""
+    by the next (`layersched.schedule.solve.TAIL_JUMP_PROVEN`). With ``fixed_first`` (seconds), each
+    window is first given to CP-SAT's fixed search alone (`solvers.cpsat.solve_tails`'s
+    ``fixed_search``) for at most that long and half its seconds: a schedule that meets the window's
+    own bound there is proven, and any better one is the hint of the usual search, which has the
+    rest (`layersched.schedule.solve.TAIL_FIXED_FIRST`)."""
     cuts = cut if callable(cut) else (lambda _, k: cut if k == 0 else None)
     t0 = time.perf_counter()
     current, info = schedule, {"steps": 0, "improvements": 0}
@@ -402,10 +407,28 @@ def improve_tails(
 
         def step(now: Schedule, seconds: float, _: int, this=this) -> tuple[Schedule | None, bool]:
             nonlocal proven
+            began, found, left = time.perf_counter(), None, seconds
             try:
-                found, proven = solve_tails(
-                    problem, now, this, seconds, objective=objective, bound=bound, workers=workers
-                )
+                if fixed_first:  # CP-SAT's fixed search first, for a few seconds: proven where it meets the bound
+                    seen: dict = {}
+                    found, proven = solve_tails(
+                        problem, now, this, min(fixed_first, seconds / 2), objective=objective, bound=bound,
+                        workers=1, stats=seen, fixed_search=True,
+                    )  # fmt: skip
+                    proven = found is not None and (proven or found.objective(problem, objective) <= seen["bound"])
+                    left = seconds - (time.perf_counter() - began)
+                if not proven:
+                    better = found is not None and found.objective(problem, objective) < now.objective(
+                        problem, objective
+                    )
+                    again, proven = solve_tails(
+                        problem, found if better else now, this, max(0.01, left), objective=objective, bound=bound,
+                        workers=workers,
+                    )  # fmt: skip
+                    if again is not None and (
+                        found is None or again.objective(problem, objective) <= found.objective(problem, objective)
+                    ):
+                        found = again
             except KeyboardInterrupt:
                 return None, True
             if found is None:

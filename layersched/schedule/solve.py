@@ -392,6 +392,7 @@ def _search_mode(
                 window_limit=min(TAIL_WINDOW_LIMIT, TAIL_WINDOW_SHARE * tail_time),
                 jump=TAIL_JUMP,
                 jump_proven=TAIL_JUMP_PROVEN,
+                fixed_first=TAIL_FIXED_FIRST,
             )
             interrupted = bool(info.get("interrupted"))
             tried[f"tail ({mode})"] = schedule.objective(problem, objective)
@@ -597,6 +598,22 @@ share of a half (one run each unless said): p=4, m=16, v=2 at the bound in 17 an
 p=6, m=12 0.63%; p=6, m=18 0.45%; bundled p=8 1.45 and 1.31% (two runs; in the first the first window
 was proven in 1.7 s and the step went on one forward at a time, in the second in 7.7 s and it
 jumped)."""
+
+TAIL_FIXED_FIRST = 1.0
+"""Seconds of CP-SAT's fixed search alone (one worker, no LP, no neighbourhoods) that each tail window
+gets before the usual search (`solvers.lns.improve_tails`' ``fixed_first``; at most half the window's
+seconds, counted in them). On the bundled p=8 row the first window's optimum is its own bound, and the
+usual search with 2 workers took 3.5 s, 6.1 s, 9.5 s, 13.8 s or more than 15 s to reach it (replays
+of one saved window with seeds 0-2, session 51), the fixed search 0.4-0.7 s: the step then has a
+window more. CP-SAT's portfolio with 3 workers on 2 cores has the fixed search too and proved it as
+fast, but slowed the proofs of the other rows (p=4, m=16, v=2 then missed the bound; p=6, m=12 1.67%
+twice in 3 runs): not kept. Windows where the fixed search finds nothing lose the second.
+
+60 s runs of `best`, 2-core VM (session 51), one process at a time: bundled p=8 1.22 / 1.35 / 1.45%
+(6 runs: 3 as a wrapper of the step, 3 of this code) against 1.22 / 1.48 / 1.74% (9 runs that
+day); p=6, m=12 0.22 / 0.44 / 1.31% (4 runs) against 0.48 / 0.93 / 1.49% (7 runs); p=6, m=18 0.64
+and 0.75% against 0.42 and 1.10%; p=4, m=16, v=2 at the bound in every run, in 24-26 s (3 runs)
+against 21-22 s (5 runs). A small gain, within the spread of single runs; no row's median was worse."""
 
 
 TAIL_SHARE = 0.9

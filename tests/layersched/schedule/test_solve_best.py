@@ -414,6 +414,78 @@ def test_a_tail_window_proven_slowly_jumps_to_window_2k_plus_2_with_jump_proven(
         assert asked == windows and info["windows"] == len(solved) == len(windows) - 1
 
 
+def test_the_fixed_search_alone_solves_a_tail_window_validly_and_its_proof_is_the_windows_optimum():
+    """`solve_tails(fixed_search=True)`: CP-SAT's fixed search on one worker. On the small row's first
+    window (torch's order 625,715; the window's proven optimum 621,199, as the usual search finds) its
+    schedule is valid, keeps every pass before the cuts in place, is no worse than the hint and never
+    below the bound; where it says proven, it is that optimum."""
+    from layersched.schedule.solve import tail_cut
+    from solvers.cpsat import solve_tails
+
+    tasks, torch_order, bound = _small_interleaved_row()
+    problem = tasks.problem
+    cut = tail_cut(tasks, torch_order)
+    usual, usual_proven = solve_tails(problem, torch_order, cut, 20, objective="span", bound=bound, workers=1)
+    assert usual_proven and usual.span(problem) == 621_199
+    seen: dict = {}
+    got, proven = solve_tails(
+        problem, torch_order, cut, 5, objective="span", bound=bound, stats=seen, fixed_search=True
+    )
+    assert got is not None
+    validate(problem, got)
+    assert bound <= seen["bound"] <= got.span(problem) <= torch_order.span(problem)
+    kept = torch_order.start < cut[torch_order.processor]
+    assert (got.start[kept] == torch_order.start[kept]).all() and (got.processor == torch_order.processor).all()
+    assert not proven or got.span(problem) == 621_199
+
+
+def test_with_fixed_first_a_tail_window_tries_the_fixed_search_first_and_stops_where_it_meets_the_bound(monkeypatch):
+    """With ``fixed_first``, `improve_tails` gives each window to the fixed search first, for at most
+    ``fixed_first`` seconds and half the window's. A schedule there that meets the window's own bound
+    is proven: no second search, and the widening goes on. One that does not is the hint of the usual
+    search (2 workers), which gets the rest of the window's seconds. Here the fixed search is played
+    by the usual one: at once proven optimal (621,199) but reported unproven, with the window's bound
+    given as 621,199 or one less."""
+    import solvers.lns
+    from layersched.schedule.solve import tail_cut
+    from solvers.lns import improve_tails
+
+    tasks, torch_order, bound = _small_interleaved_row()
+    problem = tasks.problem
+    real = solvers.lns.solve_tails
+    optimum, _ = real(problem, torch_order, tail_cut(tasks, torch_order), 20, objective="span", bound=bound, workers=1)
+    assert optimum.span(problem) == 621_199
+    calls = []
+
+    def fake(problem, schedule, cut, seconds, *, stats=None, fixed_search=False, **kw):
+        calls.append((fixed_search, seconds, kw["workers"], schedule.span(problem)))
+        if fixed_search:
+            stats.update(bound=621_199 - slack, free=0)
+            return optimum, False
+        return real(problem, schedule, cut, seconds, stats=stats, **kw)
+
+    monkeypatch.setattr(solvers.lns, "solve_tails", fake)
+    slack = 0
+    got, info = improve_tails(
+        problem, torch_order, tail_cut(tasks, torch_order), objective="span", time_limit=6, bound=bound, workers=2,
+        fixed_first=1.0,
+    )  # fmt: skip
+    validate(problem, got)
+    assert got.span(problem) == 621_199 and info["windows"] == 1
+    assert calls == [(True, 1.0, 1, 625_715)]  # met the bound: proven, nothing more asked
+    calls.clear()
+    slack = 1
+    got, info = improve_tails(
+        problem, torch_order, tail_cut(tasks, torch_order), objective="span", time_limit=1.5, bound=bound, workers=2,
+        fixed_first=1.0,
+    )  # fmt: skip
+    validate(problem, got)
+    assert got.span(problem) == 621_199
+    (first, half, one, hinted), (second, rest, two, from_fixed) = calls  # then the usual search from its schedule
+    assert (first, one, hinted) == (True, 1, 625_715) and 0.7 < half <= 0.75  # half of what was left of 1.5 s
+    assert (second, two, from_fixed) == (False, 2, 621_199) and 0 < rest <= 1.5
+
+
 def test_the_first_tail_window_is_the_widest_of_three_within_first_tasks():
     """`widening_tails(tasks, first_tasks)`: the first window frees each rank's passes from its last,
     second-last or third-last forward, the widest that frees at most ``first_tasks`` passes (the last
