@@ -611,9 +611,11 @@ twice in 3 runs): not kept. Windows where the fixed search finds nothing lose th
 
 60 s runs of `best`, 2-core VM (session 51), one process at a time: bundled p=8 1.22 / 1.35 / 1.45%
 (6 runs: 3 as a wrapper of the step, 3 of this code) against 1.22 / 1.48 / 1.74% (9 runs that
-day); p=6, m=12 0.22 / 0.44 / 1.31% (4 runs) against 0.48 / 0.93 / 1.49% (7 runs); p=6, m=18 0.64
-and 0.75% against 0.42 and 1.10%; p=4, m=16, v=2 at the bound in every run, in 24-26 s (3 runs)
-against 21-22 s (5 runs). A small gain, within the spread of single runs; no row's median was worse."""
+day), and 1.22 / 1.22 / 1.45% in `benchmarks/results/multichunk-s51-2core-vm.txt`; p=6, m=12 0.22 /
+1.05 / 1.33% (10 runs, 3 of them the benchmark's) against 0.23 / 0.92 / 1.67% (10 runs); p=6, m=18
+0.64 and 0.75% against 0.42 and 1.10%; p=4, m=16, v=2 at the bound in every run, in 24-26 s (3 runs)
+against 21-22 s (5 runs). A small gain at p=8; at p=6, m=12 a median 0.13% higher, well inside that
+row's spread (a lottery of which optimum the first wide window finds)."""
 
 
 TAIL_SHARE = 0.9
