@@ -464,23 +464,21 @@ def test_with_fixed_first_a_tail_window_tries_the_fixed_search_first_and_stops_w
             return optimum, False
         return real(problem, schedule, cut, seconds, stats=stats, **kw)
 
+    def run(time_limit):
+        calls.clear()
+        got, info = improve_tails(
+            problem, torch_order, tail_cut(tasks, torch_order), objective="span", time_limit=time_limit, bound=bound,
+            workers=2, fixed_first=1.0,
+        )  # fmt: skip
+        validate(problem, got)
+        assert got.span(problem) == 621_199 and info["windows"] == 1
+
     monkeypatch.setattr(solvers.lns, "solve_tails", fake)
     slack = 0
-    got, info = improve_tails(
-        problem, torch_order, tail_cut(tasks, torch_order), objective="span", time_limit=6, bound=bound, workers=2,
-        fixed_first=1.0,
-    )  # fmt: skip
-    validate(problem, got)
-    assert got.span(problem) == 621_199 and info["windows"] == 1
+    run(6)
     assert calls == [(True, 1.0, 1, 625_715)]  # met the bound: proven, nothing more asked
-    calls.clear()
     slack = 1
-    got, info = improve_tails(
-        problem, torch_order, tail_cut(tasks, torch_order), objective="span", time_limit=1.5, bound=bound, workers=2,
-        fixed_first=1.0,
-    )  # fmt: skip
-    validate(problem, got)
-    assert got.span(problem) == 621_199
+    run(1.5)
     (first, half, one, hinted), (second, rest, two, from_fixed) = calls  # then the usual search from its schedule
     assert (first, one, hinted) == (True, 1, 625_715) and 0.7 < half <= 0.75  # half of what was left of 1.5 s
     assert (second, two, from_fixed) == (False, 2, 621_199) and 0 < rest <= 1.5
