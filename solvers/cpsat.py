@@ -391,11 +391,11 @@ def solve_tails(
 
     ``expand_memory`` says whether CP-SAT's presolve expands each memory reservoir into a Boolean per
     pair of its events; by default it does for windows of at most `TAIL_EXPANSION_TASKS` free tasks.
-    ``fixed_search`` runs CP-SAT's fixed search alone, on one worker (``workers`` is then ignored):
-    from the schedule as hint it sets the free tasks' starts one after another at their least values,
-    backtracking where that fails, with no LP and no neighbourhoods. On some windows it reaches the
-    window's own bound at once where the default portfolio walks slowly (see
-    `solvers.lns.improve_tails`'s ``fixed_first``)."""
+    ``fixed_search`` runs CP-SAT's fixed search alone, on one worker (``workers`` is then ignored): it
+    branches as the model's decision strategy says, and this model gives none, so on the free tasks'
+    starts in their order, least value first; no LP, no neighbourhoods (the portfolio's `fixed`
+    subsolver). On some windows it reaches the window's own bound at once where the default portfolio
+    walks slowly (see `solvers.lns.improve_tails`'s ``fixed_first``)."""
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r}; valid: {', '.join(OBJECTIVES)}")
     start, proc = schedule.start, schedule.processor
