@@ -417,18 +417,15 @@ def improve_tails(
                     )  # fmt: skip
                     proven = found is not None and (proven or found.objective(problem, objective) <= seen["bound"])
                     left = seconds - (time.perf_counter() - began)
-                if not proven:
-                    better = found is not None and found.objective(problem, objective) < now.objective(
-                        problem, objective
+                if not proven:  # the usual search, from the fixed search's schedule where that is better
+                    hint = min(
+                        (s for s in (now, found) if s is not None), key=lambda s: s.objective(problem, objective)
                     )
                     again, proven = solve_tails(
-                        problem, found if better else now, this, max(0.01, left), objective=objective, bound=bound,
-                        workers=workers,
-                    )  # fmt: skip
-                    if again is not None and (
-                        found is None or again.objective(problem, objective) <= found.objective(problem, objective)
-                    ):
-                        found = again
+                        problem, hint, this, max(0.01, left), objective=objective, bound=bound, workers=workers
+                    )
+                    tried = [s for s in (again, found) if s is not None]
+                    found = min(tried, key=lambda s: s.objective(problem, objective)) if tried else None
             except KeyboardInterrupt:
                 return None, True
             if found is None:
