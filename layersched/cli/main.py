@@ -86,6 +86,13 @@ def _parser() -> argparse.ArgumentParser:
         "(default: the problem's training.cuts, else best)",
     )
     add_time_limit(s, 30.0, "solver time limit")
+    s.add_argument(
+        "--start",
+        metavar="FILE",
+        help="with --solver best: go on from this schedule file (an earlier run's --out) for the same stages, "
+        "ranks and micro-batches: its orders join the candidates and seed the search, so the result is never "
+        "slower than it (the same file may be --out)",
+    )
     s.add_argument("--out", default="schedule.json", help="where to write the schedule (default: schedule.json)")
     add_quiet(s)
 
@@ -229,6 +236,10 @@ def cmd_solve(args, console: Console) -> int:
     options = {}
     if solver is not None:
         options["time_limit"] = _solver_time(args.time_limit, pipe, solver)
+    if args.start is not None:  # checked here, to name the file; the time it takes counts in the limit
+        began = time.perf_counter()
+        options["start"] = _read_start(args.start, pipe, solver, args.objective)
+        options["time_limit"] = max(0.0, options["time_limit"] - (time.perf_counter() - began))
     if solver in ("cpsat", "lns", "best"):
         if not args.quiet:
             unit = pipe.time_unit
@@ -289,7 +300,7 @@ def cmd_solve(args, console: Console) -> int:
             fits = ", ".join(f"{k} {fmt_time(v, pipe.time_unit)}" for k, v in tried.items() if isinstance(v, int))
             console.print(f"candidates: {fits}; CP-SAT status {sol.info.get('cpsat_status')}")
             for k, v in tried.items():  # a search step skipped, and why (templates that do not apply: not listed)
-                if isinstance(v, str) and v.startswith(("not run", "not tried")):
+                if isinstance(v, str) and v.startswith(("not run", "not tried", "not used")):
                     console.print(f"{k}: {v}")
         _summary(doc, console)
         console.print(f"wrote {args.out} (valid; {len(doc.tasks)} tasks, solved in {sol.runtime:.2f} s)")
@@ -303,6 +314,27 @@ def cmd_solve(args, console: Console) -> int:
         )
         return EXIT_INTERRUPTED
     return 0
+
+
+def _read_start(path: str, pipe, solver: str | None, objective: str | None):
+    """``--start``: the schedule file's orders, checked against ``pipe`` now (`SpecError` naming the file
+    and what does not fit), before any search."""
+    from layersched.describe.config import SpecError
+    from layersched.formats.export import load_schedule
+    from layersched.schedule.solve import Start, start_solution
+
+    if solver != "best":  # (so ``options`` has a time limit)
+        raise SpecError(
+            "--start: only --solver best goes on from a schedule file (its orders join the candidates and "
+            "seed the search); add --solver best"
+        )
+    doc = load_schedule(path)
+    start = Start([list(a) for a in doc.actions], doc.pipeline.split_backward, list(doc.pipeline.stage_to_rank))
+    try:
+        start_solution(pipe, start, objective or pipe.objective)
+    except ValueError as exc:  # also InvalidSchedule and Deadlock: the orders break this problem's rules
+        raise SpecError(f"--start {path}: {exc}") from None
+    return start
 
 
 def _solver_time(limit: float, pipe, solver: str) -> float:

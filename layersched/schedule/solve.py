@@ -14,6 +14,7 @@ Example
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -221,6 +222,61 @@ def _solution(
         metrics["lower_bound"] = max(metrics["lower_bound"], result.lower_bound)
     info = {"interrupted": True} if result is not None and result.info.get("interrupted") else {}
     return Solution(pipe, tasks, sched, method, objective, metrics, time.perf_counter() - t0, result, info)
+
+
+@dataclass(frozen=True)
+class Start:
+    """Per-rank compute orders for `solve_best` to start from (a schedule file's ``actions``), with the
+    backward mode and the placement they are for."""
+
+    actions: list[list[str]]
+    split_backward: bool
+    stage_to_rank: list[int]
+
+
+def start_solution(pipe: Pipeline, start: Start, objective: str, graphs: dict | None = None) -> Solution:
+    """``start``'s orders timed on ``pipe`` (at their earliest starts) and validated: `ValueError` naming
+    the first thing that does not fit (stages, ranks, placement, an action this problem does not have,
+    on another rank, missing or listed twice), `InvalidSchedule` where they break the memory limit,
+    `Deadlock` where they wait on each other."""
+    S, R, m = pipe.num_stages, pipe.num_ranks, pipe.num_microbatches
+    where = f"this problem has {S} stages on {R} ranks and {m} micro-batches"
+    if len(start.stage_to_rank) != S or len(start.actions) != R:
+        raise ValueError(f"the start has {len(start.stage_to_rank)} stages on {len(start.actions)} ranks; {where}")
+    if pipe.placement is not None and list(start.stage_to_rank) != pipe.stage_to_rank():
+        raise ValueError(
+            f"the start places stages on ranks {list(start.stage_to_rank)}, this problem's placement "
+            f"{pipe.placement!r} on {pipe.stage_to_rank()}"
+        )
+    if any(not 0 <= r < R for r in start.stage_to_rank):
+        raise ValueError(f"the start places a stage on a rank outside 0..{R - 1}: {list(start.stage_to_rank)}")
+    tasks = task_graph(pipe, start.split_backward, list(start.stage_to_rank), graphs)
+    nodes = tasks.graph.nodes
+    backward = "I and W" if start.split_backward else "B"
+    for r, acts in enumerate(start.actions):
+        for a in acts:
+            if a not in tasks.index or nodes[a]["kind"] not in ("F", "B", "I", "W"):
+                here = f"{where}; backward as {backward}"
+                raise ValueError(f"the start lists {a!r} on rank {r}, which is no compute pass here ({here})")
+            if nodes[a]["rank"] != r:
+                raise ValueError(
+                    f"the start lists {a} on rank {r}; its stage {nodes[a]['stage']} is on rank {nodes[a]['rank']}"
+                )
+    listed = Counter(a for acts in start.actions for a in acts)
+    if twice := next((a for a, n in listed.items() if n > 1), None):
+        raise ValueError(f"the start lists {twice} more than once")
+    missing = [n for n in tasks.names if nodes[n]["kind"] in ("F", "B", "I", "W") and n not in listed]
+    if missing:
+        raise ValueError(f"the start lacks {len(missing)} of this problem's passes, {missing[0]} first ({where})")
+    return solve_orders(
+        pipe,
+        start.actions,
+        split_backward=start.split_backward,
+        stage_to_rank=list(start.stage_to_rank),
+        method="start",
+        objective=objective,
+        graphs=graphs,
+    )
 
 
 def split_orders(sol: Solution) -> list[list[str]]:
@@ -724,9 +780,16 @@ def solve_best(
     workers: int = 2,
     progress=None,
     templates: list[str] | None = None,
+    start: Start | None = None,
 ) -> Solution:
     """The best schedule of every template that fits (memory included), list scheduling and CP-SAT,
     with a lower bound that holds for everything searched.
+
+    With ``start`` (orders from an earlier run's schedule file, `start_solution`), that schedule is a
+    candidate too, before the templates, and seeds the search like them: the result is never slower
+    than it, so runs of ``best`` can each go on from the last one's schedule. Orders that do not fit
+    ``pipe`` (another partition's memory, say) are left out, and ``info["candidates"]["start"]`` says
+    why ("not used: ...").
 
     CP-SAT searches, at the problem's placement (else the best template's), the split-backward graph
     and, unless `fused_is_dominated`, the fused-backward graph too; the searches share what the
@@ -758,6 +821,12 @@ def solve_best(
     found: list[Solution] = []
     graphs: dict = {}  # one task graph per backward mode and placement, shared by the candidates
     stopped = False  # Ctrl-C outside CP-SAT: keep what was found, search no further
+    if start is not None:
+        try:
+            found.append(start_solution(pipe, start, objective, graphs))
+            tried["start"] = found[-1].metrics["value"]
+        except ValueError as exc:  # InvalidSchedule and Deadlock too: orders for other costs or memory
+            tried["start"] = f"not used: {exc}"
     try:
         names = templates if templates is not None else template_names()
         # fixed patterns before greedy searches (a greedy one can take seconds where a pattern takes
