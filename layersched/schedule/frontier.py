@@ -6,8 +6,10 @@ forwards of every later stage, the rank's other stages among them). It ends wher
 nothing: at the peak memory of the best template without a limit, or earlier once a point reaches
 the bound that holds for any limit; where that end leaves room to the bound, one more point where no
 limit binds (every micro-batch in flight). Each point is `layersched.schedule.solve.solve_best` under that
-limit. Beside the sweep, each template run without a limit is a point of its own (its peak memory
-and bubble): 1F1B, ZB-H1, ZB-H2 (about twice 1F1B's memory), ZB-V, ... on the same axes.
+limit, started from the point before (whose schedule fits the larger limit too), so the frontier never
+rises with more memory, even where the searches are not proven. Beside the sweep, each template run
+without a limit is a point of its own (its peak memory and bubble): 1F1B, ZB-H1, ZB-H2 (about twice
+1F1B's memory), ZB-V, ... on the same axes.
 
 Example
 -------
@@ -72,8 +74,9 @@ def frontier(
 ) -> Frontier:
     """Sweep the per-rank memory limit over ``points`` evenly spaced values from `Pipeline.least_memory`
     to where the templates stop gaining, and each template's own peak memory between them; `solve_best`
-    with ``time_limit`` seconds at each."""
-    from layersched.schedule.solve import solve_best, solve_pipeline
+    with ``time_limit`` seconds at each, from the schedule of the limit before (its ``start``), so no
+    point is slower than one with less memory."""
+    from layersched.schedule.solve import Start, solve_best, solve_pipeline
     from layersched.schedule.templates import TemplateError, template_names
     from solvers import Deadlock, InvalidSchedule
 
@@ -102,9 +105,12 @@ def frontier(
     unbound = lo * pipe.num_microbatches  # every micro-batch in flight: no limit binds
     if unbound > hi:
         limits.append(unbound)  # reached only while the sweep stays above the floor (see the loop)
-    swept = []
+    swept, start = [], None
     for limit in limits:
-        sol = solve_best(replace(pipe, capacity=limit), objective=objective, time_limit=time_limit)
+        # each point starts from the one before: its schedule fits this larger limit too, so more memory
+        # never costs time, proven or not
+        sol = solve_best(replace(pipe, capacity=limit), objective=objective, time_limit=time_limit, start=start)
+        start = Start(sol.actions(), sol.split_backward, sol.stage_to_rank)
         if sol.info.get("interrupted"):
             raise KeyboardInterrupt  # Ctrl-C: a half-swept frontier is not written
         point = _point("best", limit, sol, sol.result.status)

@@ -1,5 +1,5 @@
 """The memory-bubble frontier: each point is a valid schedule under its limit with a bound below it;
-the least limit is exact; more memory never costs time (on instances CP-SAT solves to optimality)."""
+the least limit is exact; more memory never costs time."""
 
 import csv
 from dataclasses import replace
@@ -34,15 +34,38 @@ def test_points_are_valid_bounded_and_never_slower_with_more_memory(fields):
     # a schedule that fits a limit fits every larger one: no bound at more memory exceeds it
     for i, p in enumerate(f.points):
         assert all(q.lower_bound <= p.value for q in f.points[i + 1 :]), (p, f.points[i + 1 :])
-    if not fields:  # small enough to prove every point: then more memory never costs time
+    if not fields:  # small enough to prove every point
         assert all(p.status == "optimal" for p in f.points)
-        values = [p.value for p in f.points]
-        assert values == sorted(values, reverse=True)
+    # more memory never costs time, proven or not: each point starts from the schedule of the one before
+    values = [p.value for p in f.points]
+    assert values == sorted(values, reverse=True)
     assert all(f.floor <= p.value for p in f.points)
     # every template without a limit is no faster than the frontier at its own peak memory
     for t in f.templates:
         at = [p.value for p in f.points if p.limit <= t.peak_memory]
         assert not at or min(at) <= t.value, t
+
+
+def test_each_point_starts_from_the_one_before_so_a_weaker_search_never_rises(monkeypatch):
+    """Every point after the first gets only GPipe's pattern and no time to search: it still returns at
+    most the point before, whose schedule it starts from (it fits the larger limit too)."""
+    import layersched.schedule.solve as S
+
+    real, starts = S.solve_best, []
+
+    def weak(pipe, **options):
+        starts.append(options.get("start"))
+        if len(starts) > 1:
+            options.update(templates=["gpipe"], time_limit=0.0)
+        return real(pipe, **options)
+
+    monkeypatch.setattr(S, "solve_best", weak)
+    f = frontier(small(), points=4, time_limit=5)
+    assert starts[0] is None and all(s is not None for s in starts[1:]) and len(starts) == len(f.points) > 2
+    values = [p.value for p in f.points]
+    assert values == sorted(values, reverse=True)
+    for p in f.points:
+        assert p.peak_memory <= p.limit and p.lower_bound <= p.value
 
 
 def test_least_memory_is_exact():
