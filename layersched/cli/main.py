@@ -329,7 +329,8 @@ def _read_start(path: str, pipe, solver: str | None, objective: str | None):
             "seed the search); add --solver best"
         )
     doc = load_schedule(path)
-    start = Start([list(a) for a in doc.actions], doc.pipeline.split_backward, list(doc.pipeline.stage_to_rank))
+    times = {t.name: (t.processor, t.start) for t in doc.tasks}  # the file's own timing, where it still holds
+    start = Start([list(a) for a in doc.actions], doc.pipeline.split_backward, list(doc.pipeline.stage_to_rank), times)
     try:
         start_solution(pipe, start, objective or pipe.objective)
     except ValueError as exc:  # also InvalidSchedule and Deadlock: the orders break this problem's rules

@@ -76,7 +76,7 @@ def frontier(
     to where the templates stop gaining, and each template's own peak memory between them; `solve_best`
     with ``time_limit`` seconds at each, from the schedule of the limit before (its ``start``), so no
     point is slower than one with less memory."""
-    from layersched.schedule.solve import Start, solve_best, solve_pipeline
+    from layersched.schedule.solve import solve_best, solve_pipeline, start_of
     from layersched.schedule.templates import TemplateError, template_names
     from solvers import Deadlock, InvalidSchedule
 
@@ -110,7 +110,7 @@ def frontier(
         # each point starts from the one before: its schedule fits this larger limit too, so more memory
         # never costs time, proven or not
         sol = solve_best(replace(pipe, capacity=limit), objective=objective, time_limit=time_limit, start=start)
-        start = Start(sol.actions(), sol.split_backward, sol.stage_to_rank)
+        start = start_of(sol)
         if sol.info.get("interrupted"):
             raise KeyboardInterrupt  # Ctrl-C: a half-swept frontier is not written
         point = _point("best", limit, sol, sol.result.status)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -26,7 +26,7 @@ from layersched.schedule.budget import Budget, check_memory, pipeline_tasks
 from layersched.schedule.graph import TaskGraph, build_graph, compute_orders, parse_action, placement, to_problem
 from layersched.schedule.metrics import schedule_metrics
 from layersched.schedule.templates import TemplateError, check_stages_per_rank, get_template, template_orders
-from solvers import Result, Schedule, time_orders, validate
+from solvers import Result, Schedule, time_orders, validate, violations
 
 
 class NoScheduleError(RuntimeError):
@@ -227,18 +227,29 @@ def _solution(
 @dataclass(frozen=True)
 class Start:
     """Per-rank compute orders for `solve_best` to start from (a schedule file's ``actions``), with the
-    backward mode and the placement they are for."""
+    backward mode and the placement they are for, and where known each task's processor and start
+    (``times``: name -> (processor, start)). The orders timed at their earliest starts can be slower
+    than the schedule they came from: under ``span`` a rank that starts later may idle less."""
 
     actions: list[list[str]]
     split_backward: bool
     stage_to_rank: list[int]
+    times: dict[str, tuple[int, int]] | None = None
+
+
+def start_of(sol: Solution) -> Start:
+    """A `Start` that is ``sol``'s schedule: its orders and each task's processor and start."""
+    where = zip(sol.schedule.processor.tolist(), sol.schedule.start.tolist(), strict=True)
+    times = dict(zip(sol.tasks.names, where, strict=True))
+    return Start(sol.actions(), sol.split_backward, sol.stage_to_rank, times)
 
 
 def start_solution(pipe: Pipeline, start: Start, objective: str, graphs: dict | None = None) -> Solution:
-    """``start``'s orders timed on ``pipe`` (at their earliest starts) and validated: `ValueError` naming
-    the first thing that does not fit (stages, ranks, placement, an action this problem does not have,
-    on another rank, missing or listed twice), `InvalidSchedule` where they break the memory limit,
-    `Deadlock` where they wait on each other."""
+    """``start``'s orders timed on ``pipe`` (at their earliest starts), or its ``times`` where they are a
+    valid schedule of ``pipe`` with a better objective; validated: `ValueError` naming the first thing
+    that does not fit (stages, ranks, placement, an action this problem does not have, on another rank,
+    missing or listed twice), `InvalidSchedule` where the orders break the memory limit, `Deadlock`
+    where they wait on each other."""
     S, R, m = pipe.num_stages, pipe.num_ranks, pipe.num_microbatches
     where = f"this problem has {S} stages on {R} ranks and {m} micro-batches"
     if len(start.stage_to_rank) != S or len(start.actions) != R:
@@ -268,7 +279,8 @@ def start_solution(pipe: Pipeline, start: Start, objective: str, graphs: dict | 
     missing = [n for n in tasks.names if nodes[n]["kind"] in ("F", "B", "I", "W") and n not in listed]
     if missing:
         raise ValueError(f"the start lacks {len(missing)} of this problem's passes, {missing[0]} first ({where})")
-    return solve_orders(
+    t0 = time.perf_counter()
+    sol = solve_orders(
         pipe,
         start.actions,
         split_backward=start.split_backward,
@@ -276,7 +288,25 @@ def start_solution(pipe: Pipeline, start: Start, objective: str, graphs: dict | 
         method="start",
         objective=objective,
         graphs=graphs,
+        t0=t0,
     )
+    given = _given_times(tasks, start.times)
+    if given is not None:
+        timed = replace(_solution(pipe, tasks, given, "start", objective, None, t0), compute=sol.compute)
+        sol = min(sol, timed, key=lambda s: s.metrics["value"])  # equal: the orders' own timing
+    return sol
+
+
+def _given_times(tasks: TaskGraph, times: dict[str, tuple[int, int]] | None) -> Schedule | None:
+    """The schedule ``times`` gives ``tasks`` (name -> processor, start), where it names every task and
+    is valid for them (durations, transfers and memory as they are here); else None."""
+    if times is None or set(times) != set(tasks.names):
+        return None
+    where = np.array([times[n] for n in tasks.names], dtype=np.int64).reshape(-1, 2)
+    if where[:, 0].min(initial=0) < 0 or where[:, 0].max(initial=0) >= tasks.problem.num_processors:
+        return None
+    given = Schedule(processor=where[:, 0], start=where[:, 1])
+    return None if violations(tasks.problem, given, limit=1) else given
 
 
 def split_orders(sol: Solution) -> list[list[str]]:
