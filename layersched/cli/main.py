@@ -90,7 +90,7 @@ def _parser() -> argparse.ArgumentParser:
         "--start",
         metavar="FILE",
         help="with --solver best: go on from this schedule file (an earlier run's --out) for the same stages, "
-        "ranks and micro-batches: its orders join the candidates and seed the search, so the result is never "
+        "ranks and micro-batches: its schedule joins the candidates and seeds the search, so the result is never "
         "slower than it (the same file may be --out)",
     )
     s.add_argument("--out", default="schedule.json", help="where to write the schedule (default: schedule.json)")
@@ -317,16 +317,16 @@ def cmd_solve(args, console: Console) -> int:
 
 
 def _read_start(path: str, pipe, solver: str | None, objective: str | None):
-    """``--start``: the schedule file's orders, checked against ``pipe`` now (`SpecError` naming the file
-    and what does not fit), before any search."""
+    """``--start``: the schedule file's orders and times, checked against ``pipe`` now (`SpecError` naming
+    the file and what does not fit), before any search."""
     from layersched.describe.config import SpecError
     from layersched.formats.export import load_schedule
     from layersched.schedule.solve import Start, start_solution
 
     if solver != "best":  # (so ``options`` has a time limit)
         raise SpecError(
-            "--start: only --solver best goes on from a schedule file (its orders join the candidates and "
-            "seed the search); add --solver best"
+            "--start: only --solver best goes on from a schedule file (its schedule joins the candidates and "
+            "seeds the search); add --solver best"
         )
     doc = load_schedule(path)
     times = {t.name: (t.processor, t.start) for t in doc.tasks}  # the file's own timing, where it still holds

@@ -815,9 +815,10 @@ def solve_best(
     """The best schedule of every template that fits (memory included), list scheduling and CP-SAT,
     with a lower bound that holds for everything searched.
 
-    With ``start`` (orders from an earlier run's schedule file, `start_solution`), that schedule is a
-    candidate too, before the templates, and seeds the search like them: the result is never slower
-    than it, so runs of ``best`` can each go on from the last one's schedule. Orders that do not fit
+    With ``start`` (an earlier run's schedule: its orders, and its own times where they still hold;
+    `start_solution`), that schedule is a candidate too, before the templates, and seeds the search
+    like them: the result is never slower than it, so runs of ``best`` can each go on from the last
+    one's schedule. Orders that do not fit
     ``pipe`` (another partition's memory, say) are left out, and ``info["candidates"]["start"]`` says
     why ("not used: ...").
 
