@@ -26,7 +26,7 @@ from layersched.schedule.budget import Budget, check_memory, pipeline_tasks
 from layersched.schedule.graph import TaskGraph, build_graph, compute_orders, parse_action, placement, to_problem
 from layersched.schedule.metrics import schedule_metrics
 from layersched.schedule.templates import TemplateError, check_stages_per_rank, get_template, template_orders
-from solvers import Result, Schedule, time_orders, validate, violations
+from solvers import Deadlock, InvalidSchedule, Result, Schedule, time_orders, validate
 
 
 class NoScheduleError(RuntimeError):
@@ -261,6 +261,7 @@ def start_solution(pipe: Pipeline, start: Start, objective: str, graphs: dict | 
         )
     if any(not 0 <= r < R for r in start.stage_to_rank):
         raise ValueError(f"the start places a stage on a rank outside 0..{R - 1}: {list(start.stage_to_rank)}")
+    graphs = {} if graphs is None else graphs  # the graph checked here is the one the orders are timed on
     tasks = task_graph(pipe, start.split_backward, list(start.stage_to_rank), graphs)
     nodes = tasks.graph.nodes
     backward = "I and W" if start.split_backward else "B"
@@ -292,21 +293,23 @@ def start_solution(pipe: Pipeline, start: Start, objective: str, graphs: dict | 
     )
     given = _given_times(tasks, start.times)
     if given is not None:
-        timed = replace(_solution(pipe, tasks, given, "start", objective, None, t0), compute=sol.compute)
+        try:  # validated once, by the solution: times that do not hold here leave the orders' own timing
+            timed = replace(_solution(pipe, tasks, given, "start", objective, None, t0), compute=sol.compute)
+        except InvalidSchedule:
+            timed = sol
         sol = min(sol, timed, key=lambda s: s.metrics["value"])  # equal: the orders' own timing
     return sol
 
 
 def _given_times(tasks: TaskGraph, times: dict[str, tuple[int, int]] | None) -> Schedule | None:
-    """The schedule ``times`` gives ``tasks`` (name -> processor, start), where it names every task and
-    is valid for them (durations, transfers and memory as they are here); else None."""
+    """The schedule ``times`` gives ``tasks`` (name -> processor, start), where it names every task on a
+    processor that exists; else None. Whether it is valid here is the caller's check."""
     if times is None or set(times) != set(tasks.names):
         return None
     where = np.array([times[n] for n in tasks.names], dtype=np.int64).reshape(-1, 2)
     if where[:, 0].min(initial=0) < 0 or where[:, 0].max(initial=0) >= tasks.problem.num_processors:
         return None
-    given = Schedule(processor=where[:, 0], start=where[:, 1])
-    return None if violations(tasks.problem, given, limit=1) else given
+    return Schedule(processor=where[:, 0], start=where[:, 1])
 
 
 def split_orders(sol: Solution) -> list[list[str]]:
@@ -839,7 +842,6 @@ def solve_best(
     ["searched"]`` the modes searched with their bounds and CP-SAT statuses."""
     from layersched.schedule.greedy import simulation_steps
     from layersched.schedule.templates import TemplateError, template_names
-    from solvers import Deadlock, InvalidSchedule
 
     objective = objective or pipe.objective
     if pipe.capacity is not None and pipe.capacity < pipe.least_memory():
