@@ -19,14 +19,14 @@ over more ranks.
 Rank 0 is held to that order (`with_order`), and list scheduling then the coarse levels search
 the other ranks (`complete`). On the p=6 row, rank 0's order from the near-bound orders of
 tests/data is completed to 0.02% in about 10 s, from list scheduling's 4.64%; rank 0's order
-from `best`'s 60 s schedule or from torch's order is not (docs/design.md, session 35).
+from `best`'s 60 s schedule or from torch's order is not (docs/measurements.md, session 35).
 
 ``--held FILE`` searches from FILE's orders with rank 0 held except one window of its passes at a
 time, the other ranks free (`held_steps`; the windows are given: ``--first``, ``--window``,
 ``--stride``). From `best`'s p=6 orders, windows from the one at passes 49-78 on reach 1.5% in 9 s,
 and sweeps through it with longer steps under 1% in 3-4 minutes; but windows placed a few passes
 earlier or later move nothing, and sweeps from other places found nothing in 4 minutes, so `best`
-does not run them (docs/design.md, session 36).
+does not run them (docs/measurements.md, session 36).
 
 ``--tails FILE`` (or ``torch:P``) measures how far `best`'s tail step can go from FILE's orders: its
 widening windows (every rank's passes from its last forward, then its second-last, ...), each
@@ -34,7 +34,7 @@ re-solved by CP-SAT for up to ``--time-limit`` seconds with the window's own pro
 (`tail_windows`). From torch's p=6 order the first four windows are proven optimal, the third and
 the fourth at 1.67%: with every rank's passes before its 4th-last forward where the third left them,
 nothing is shorter. The fifth window's bound is the row's, and CP-SAT finds nothing in it in 120 s
-(docs/design.md, session 45).
+(docs/measurements.md, session 45).
 
 Usage: python benchmarks/rank_relaxation.py [--rows 4,6,8] [--keep 0 --keep 0,-1] [--time-limit 120]
        python benchmarks/rank_relaxation.py --complete FILE [--complete torch:6 ...] [--time-limit 30]

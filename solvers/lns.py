@@ -281,7 +281,7 @@ def improve_coarse(
     of 0.78% with the micro-batch chains and 1.31% without (one run each, session 20; runs of 30 s vary
     more than they differ; a run of session 31 with the chains stopped at 2.11%). On larger models
     they can hurt, since CP-SAT's small neighbourhoods cannot then relabel the tasks of a chain
-    (docs/design.md, "Symmetry chains in the coarse levels"). A coarse
+    (docs/measurements.md, "Symmetry chains in the coarse levels"). A coarse
     level's proven bound is not one of the real problem, so none is kept. Returns the best schedule
     and ``info`` (the real objective each level reached, steps, improving steps; ``interrupted``
     after Ctrl-C)."""

@@ -144,13 +144,14 @@ def test_the_rules_catch_a_violation():
 
 
 def test_readme_and_design_links_stay_inside_the_repository():
-    """Every link of the README and docs/design.md names a file or folder of the repository (a clone has
-    nothing beside it), and the README links the design document."""
+    """Every link of the README, docs/design.md and docs/measurements.md names a file or folder of the
+    repository (a clone has nothing beside it), and the README links both documents."""
     import re
 
     readme = (ROOT / "README.md").read_text()
     assert "(docs/design.md)" in readme
-    for doc in (ROOT / "README.md", ROOT / "docs" / "design.md"):
+    assert "(docs/measurements.md)" in readme
+    for doc in (ROOT / "README.md", ROOT / "docs" / "design.md", ROOT / "docs" / "measurements.md"):
         targets = re.findall(r"\]\(([^)#\s]+)\)", doc.read_text())
         assert targets or doc.name == "design.md"
         for t in targets:
