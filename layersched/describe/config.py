@@ -453,6 +453,24 @@ _UNION_TAG = re.compile(
 )
 
 
+_WHOLE_AMOUNTS = frozenset(
+    (
+        "forward",
+        "backward_input",
+        "backward_weight",
+        "transfer",
+        "memory_forward",
+        "memory_freed_by_weight",
+        "memory_limit",
+    )
+)
+"""The stage-level pipeline's amounts of time or memory: whole numbers of its ``time_unit`` or ``memory_unit``."""
+
+_YAML_TEXT_NUMBER = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
+"""A number YAML 1.1 (PyYAML) reads as text where its exponent lacks a sign or its mantissa a dot (``1e6``,
+``1e+6``, ``1.5e3``); ``1.0e+6`` is a number."""
+
+
 def format_validation_error(path: str | Path, exc: ValidationError) -> str:
     """One line: file, field, what is wrong and how to fix it. An unknown key comes first (it is
     usually a typo, and then also the cause of a "missing" error), with the likely intended name."""
@@ -481,6 +499,15 @@ def format_validation_error(path: str | Path, exc: ValidationError) -> str:
     elif kind == "missing":
         fix = "add it"
         msg = "required field is missing"
+    elif kind == "int_from_float" and loc[:1] == ["pipeline"] and len(loc) > 1 and loc[1] in _WHOLE_AMOUNTS:
+        unit = "memory_unit" if loc[1].startswith("memory") else "time_unit"
+        example = (
+            "1.5 GiB as 1536 with memory_unit: MiB" if unit == "memory_unit" else "1.5 ms as 1500 with time_unit: us"
+        )
+        fix = f"the stage-level costs are whole numbers: give them all in a smaller unit and name it (e.g. {example})"
+    elif kind == "int_parsing" and isinstance(err.get("input"), str) and _YAML_TEXT_NUMBER.match(err["input"].strip()):
+        msg = f"{err['input']!r} is text to YAML, not a number"
+        fix = "write it out in full, or with a dot and a signed exponent (1.0e+6)"
     else:
         msg = msg.removeprefix("Value error, ")
         fix = "correct the value"

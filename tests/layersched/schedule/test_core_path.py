@@ -145,6 +145,38 @@ def test_bad_input_is_one_line_naming_file_field_and_fix(tmp_path):
     bad.write_text("name: [unclosed\n")
     with pytest.raises(SpecError, match="not valid YAML"):
         load_problem(bad)
+    # profiled times in milliseconds: the costs are whole numbers, so the fix is a smaller unit
+    bad.write_text(
+        "name: x\npipeline: {stages: 2, microbatches: 4, forward: [1, 2.5], backward_input: 1, backward_weight: 1}\n"
+    )
+    with pytest.raises(SpecError) as err:
+        load_problem(bad)
+    assert str(err.value).endswith(
+        "pipeline.forward.1: Input should be a valid integer, got a number with a fractional part; the stage-level"
+        " costs are whole numbers: give them all in a smaller unit and name it (e.g. 1.5 ms as 1500 with time_unit: us)"
+    )
+    bad.write_text(
+        "name: x\npipeline: {stages: 2, microbatches: 4, forward: 1, backward_input: 1, backward_weight: 1,\n"
+        "  memory_forward: 0.5}\n"
+    )
+    with pytest.raises(SpecError, match=r"memory_forward: .*\(e.g. 1.5 GiB as 1536 with memory_unit: MiB\)$"):
+        load_problem(bad)
+    # YAML 1.1 reads 1e6 and 1e+6 as text: say so, not "unable to parse string as an integer"
+    for text in ("1e6", "1e+6", "2.5E3"):
+        bad.write_text(
+            f"name: x\npipeline: {{stages: 2, microbatches: 4, forward: {text}, backward_input: 1,"
+            " backward_weight: 1}\n"
+        )
+        with pytest.raises(SpecError) as err:
+            load_problem(bad)
+        assert str(err.value) == (
+            f"{bad}: pipeline.forward: '{text}' is text to YAML, not a number; write it out in full, or with a dot"
+            " and a signed exponent (1.0e+6)"
+        )
+    bad.write_text(
+        "name: x\npipeline: {stages: 2, microbatches: 4, forward: 1.0e+6, backward_input: 1, backward_weight: 1}\n"
+    )
+    assert load_problem(bad).pipeline.forward == 1_000_000
 
 
 def test_too_many_stages_for_the_model_says_the_least_feasible():
