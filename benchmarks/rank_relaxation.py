@@ -75,7 +75,8 @@ from solvers.validate import violations
 
 MICROBATCHES = {4: 8, 6: 12, 8: 24, 16: 48}
 """The interleaved rows, ranks -> micro-batches (3 stages per rank): p=8 is the bundled row, p=4 and
-p=6 its re-cuts in benchmarks/multichunk.py, p=16 the re-cut of the README's "Not yet" paragraph."""
+p=6 its re-cuts in benchmarks/multichunk.py, p=16 the held-out re-cut to p=16, m=48 (docs/measurements.md,
+"Not yet")."""
 
 
 def relaxation(problem: Problem, keep: list[int]) -> tuple[Problem, np.ndarray]:
