@@ -174,9 +174,11 @@ def _run(args) -> int:
     from layersched.formats.export import load_schedule
     from layersched.methods.ooo.wstream import weight_stream_stage
     from layersched.runtime.runner import RunConfig
+    from layersched.runtime.workload import check_options
 
     doc = load_schedule(args.schedule)
     options = _model_options(args)
+    check_options(args.model, _keywords(args.model_arg, "--model-arg", "depth=4"))  # a misspelt key: said, not dropped
     cfg = RunConfig(
         doc,
         args.model,

@@ -152,6 +152,28 @@ def _source_file(fn: Callable) -> str | None:
         return None
 
 
+def check_options(spec: str | Callable, keys) -> None:
+    """`PlanError` when the builder ``spec`` names takes no option of that name for one of ``keys`` (the
+    user's ``--model-arg`` keys). `load_workload` passes a builder only the options it takes, so that
+    the runner's own (``microbatch_size``) reach builders without them; a misspelt ``--model-arg``
+    would be dropped there without a word. A builder with ``**kwargs`` takes any key."""
+    import difflib
+
+    builder = resolve(spec) if isinstance(spec, str) else spec
+    params = inspect.signature(builder).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+    takes = [n for n, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    for key in keys:
+        if key not in takes:
+            label = spec if isinstance(spec, str) else getattr(spec, "__name__", "model")
+            close = difflib.get_close_matches(key, takes, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise PlanError(
+                f"model {label}: the builder takes no option {key!r}; {hint}it takes {', '.join(takes) or 'none'}"
+            )
+
+
 def load_workload(spec: str | Callable, **options) -> Workload:
     """Build the workload ``spec`` names (or a builder function), passing only the ``options``
     the builder accepts; `PlanError` when it does not return what a run needs."""

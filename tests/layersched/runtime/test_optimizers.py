@@ -101,6 +101,30 @@ def test_gradient_clipping_over_all_stages_equals_the_reference(runtime):
     assert not torch.allclose(free["fc0.0.weight"], ref["fc0.0.weight"])  # 0.05 did clip
 
 
+def test_a_misspelt_model_arg_is_refused_naming_what_the_builder_takes(tmp_path, capsys, monkeypatch):
+    """`load_workload` passes a builder only the options it takes, so `--model-arg widht=64` used to run
+    the default width without a word. Now the run is refused before any rank starts, with the likely
+    name; a builder with ``**kwargs`` takes any key."""
+    import layersched.runtime.launch as launch
+    from layersched.cli.run import main as run_main
+    from layersched.runtime.workload import check_options
+
+    started = []
+    monkeypatch.setattr(launch, "launch_jobs", lambda *a, **k: started.append(1))
+    path = tmp_path / "s.json"
+    save_json(schedule_file(solve_pipeline(stage_pipe(2, 4), schedule="1f1b")), path)
+    assert run_main([str(path), "--model", MLP, "--steps", "1", "--no-trace", "--model-arg", "widht=64"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"layersched.run: error: model {MLP}: the builder takes no option 'widht'; did you mean 'width'? it takes "
+        "microbatch_size, width, depth, dtype, seed, dropout"
+    )
+    assert not started
+    with pytest.raises(PlanError, match="takes no option 'nope'; it takes microbatch_size, width"):
+        check_options(MLP, ["depth", "nope"])
+    check_options(MLP, ["width", "depth", "dropout"])  # every key it takes passes
+    check_options(lambda microbatch_size=1, **rest: None, ["anything"])  # **kwargs takes any key
+
+
 def test_model_args_name_torch_dtypes_and_the_trace_has_the_losses(tmp_path, capsys):
     import json
 
