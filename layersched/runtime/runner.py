@@ -193,8 +193,10 @@ def _torch_class(module, name: str, what: str, option: str):
     import inspect
 
     base = torch.optim.Optimizer if module is torch.optim else torch.optim.lr_scheduler.LRScheduler
-    found = {
-        n.lower(): c for n, c in vars(module).items() if inspect.isclass(c) and issubclass(c, base) and c is not base
+    found = {  # torch's private aliases (``_LRScheduler``) are no choice to offer
+        n.lower(): c
+        for n, c in vars(module).items()
+        if inspect.isclass(c) and issubclass(c, base) and c is not base and not n.startswith("_")
     }
     if name.lower() not in found:
         valid = ", ".join(sorted(c.__name__ for c in found.values()))
