@@ -15,7 +15,7 @@ import argparse
 import os
 from collections.abc import Callable
 
-from layersched.cli.options import add_device, add_threads, positive_int
+from layersched.cli.options import add_device, add_model_args, add_threads, keywords, positive_int
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> dict[str, Callable]:
@@ -51,6 +51,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> dict[str, Callable]:
         "estimate the link from the memory bandwidth and leave the runner's cost out",
     )
     p.add_argument("--name", help="problem name (default: the model's name with -profiled)")
+    add_model_args(p)  # the same keywords as the run's, so that the profile is of the model that runs
 
     c = subparsers.add_parser(
         "compare",
@@ -68,8 +69,11 @@ def cmd_profile(args, console) -> int:
     from layersched.describe.config import load_problem
     from layersched.formats.export import check_output
     from layersched.runtime.profiler import problem_from_profile, profile, write_problem
+    from layersched.runtime.workload import check_options
 
     check_output(args.out)  # before the timing runs, not after them
+    options = keywords(args.model_arg, "--model-arg", "depth=4")
+    check_options(args.model, options)  # a misspelt key: said, not dropped
     prof = profile(
         args.model,
         args.microbatch,
@@ -78,6 +82,7 @@ def cmd_profile(args, console) -> int:
         threads=args.threads,
         link="measure" if args.link == "measure" else None,
         num_microbatches=args.microbatches,
+        model_options=options,
     )
     spec = problem_from_profile(
         prof,

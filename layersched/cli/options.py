@@ -107,3 +107,32 @@ def add_sgd(p: argparse.ArgumentParser, lr: float, momentum: float) -> None:
     """``--lr`` and ``--momentum`` of SGD."""
     p.add_argument("--lr", type=positive_float, default=lr, help=f"SGD learning rate (default {lr:g})")
     p.add_argument("--momentum", type=non_negative_float, default=momentum, help=f"SGD momentum (default {momentum:g})")
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    """``--model-arg KEY=VALUE`` (repeatable): keywords for the model builder, as `keywords` reads them."""
+    p.add_argument(
+        "--model-arg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="another keyword for the model builder, e.g. depth=4 (repeatable)",
+    )
+
+
+def keywords(items: list[str], option: str, example: str) -> dict:
+    """``KEY=VALUE`` items as keywords: values read as Python literals, else kept as strings."""
+    import ast
+
+    from layersched.describe.config import SpecError
+
+    options = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.isidentifier():
+            raise SpecError(f"{option} {item!r}: expected KEY=VALUE, e.g. {example}")
+        try:
+            options[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            options[key] = value  # text; the workload reads "torch.bfloat16" and the like as dtypes
+    return options

@@ -21,10 +21,12 @@ import sys
 
 from layersched.cli.options import (
     add_device,
+    add_model_args,
     add_sgd,
     add_steps,
     add_threads,
     add_timeout,
+    keywords,
     positive_float,
     positive_int,
     seed_number,
@@ -111,13 +113,7 @@ def parser() -> argparse.ArgumentParser:
         help="start from checkpoint DIR, at its step, and run --steps more: the same numbers as a run never stopped",
     )
     p.add_argument("--microbatch-size", type=positive_int, metavar="N", help="passed to the model builder")
-    p.add_argument(
-        "--model-arg",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="another keyword for the model builder, e.g. depth=4 (repeatable)",
-    )
+    add_model_args(p)
     p.add_argument(
         "--trace",
         metavar="FILE",
@@ -178,7 +174,7 @@ def _run(args) -> int:
 
     doc = load_schedule(args.schedule)
     options = _model_options(args)
-    check_options(args.model, _keywords(args.model_arg, "--model-arg", "depth=4"))  # a misspelt key: said, not dropped
+    check_options(args.model, keywords(args.model_arg, "--model-arg", "depth=4"))  # a misspelt key: said, not dropped
     cfg = RunConfig(
         doc,
         args.model,
@@ -189,9 +185,9 @@ def _run(args) -> int:
         runtime=args.runtime,
         stage_factory=weight_stream_stage() if args.weight_stream else None,
         optimizer=args.optimizer,
-        optimizer_args=_keywords(args.optimizer_arg, "--optimizer-arg", "weight_decay=0.1"),
+        optimizer_args=keywords(args.optimizer_arg, "--optimizer-arg", "weight_decay=0.1"),
         lr_schedule=args.lr_schedule,
-        lr_schedule_args=_keywords(args.lr_schedule_arg, "--lr-schedule-arg", "step_size=2"),
+        lr_schedule_args=keywords(args.lr_schedule_arg, "--lr-schedule-arg", "step_size=2"),
         clip_grad_norm=args.clip_grad_norm,
         checkpoint=args.checkpoint,
         checkpoint_every=args.checkpoint_every,
@@ -231,28 +227,10 @@ def _run(args) -> int:
     return 0
 
 
-def _keywords(items: list[str], option: str, example: str) -> dict:
-    """``KEY=VALUE`` items as keywords: values read as Python literals, else kept as strings."""
-    import ast
-
-    from layersched.describe.config import SpecError
-
-    options = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.isidentifier():
-            raise SpecError(f"{option} {item!r}: expected KEY=VALUE, e.g. {example}")
-        try:
-            options[key] = ast.literal_eval(value)
-        except (ValueError, SyntaxError):
-            options[key] = value  # text; the workload reads "torch.bfloat16" and the like as dtypes
-    return options
-
-
 def _model_options(args) -> dict:
     """``--model-arg KEY=VALUE`` (values read as Python literals, else kept as strings) and
     ``--microbatch-size``."""
-    options = _keywords(args.model_arg, "--model-arg", "depth=4")
+    options = keywords(args.model_arg, "--model-arg", "depth=4")
     if args.microbatch_size:
         options["microbatch_size"] = args.microbatch_size
     return options

@@ -467,6 +467,7 @@ def profile(
     result = {
         "model": w.name,
         "builder": model if isinstance(model, str) else getattr(model, "__name__", "model"),
+        "model_options": dict(model_options or {}),
         "microbatch_size": microbatch,
         "num_microbatches": num_microbatches,
         "dtype": str(dtype).removeprefix("torch."),
@@ -502,6 +503,11 @@ def _nest(w: Workload, flat: list[dict]) -> list[dict]:
     return out
 
 
+def _with_options(options: dict | None) -> str:
+    """`` with depth=4, width=64`` for a profile's builder options (``--model-arg``), or nothing."""
+    return " with " + ", ".join(f"{k}={v!r}" for k, v in options.items()) if options else ""
+
+
 def problem_from_profile(
     prof: dict,
     *,
@@ -519,7 +525,8 @@ def problem_from_profile(
     return ProblemSpec(
         name=name or f"{prof['model']}-profiled",
         description=(
-            f"profiled from {prof['builder']} at micro-batch size {prof['microbatch_size']}, "
+            f"profiled from {prof['builder']}{_with_options(prof.get('model_options'))} "
+            f"at micro-batch size {prof['microbatch_size']}, "
             f"{prof['dtype']}, {prof['threads']} thread(s), on {prof['device']['name']}"
         ),
         model=ModelSpec(name=prof["model"], layers=prof["layers"], dtype_bytes=dtype_bytes),

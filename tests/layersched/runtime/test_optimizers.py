@@ -129,11 +129,11 @@ def test_a_misspelt_model_arg_is_refused_naming_what_the_builder_takes(tmp_path,
 def test_model_args_name_torch_dtypes_and_the_trace_has_the_losses(tmp_path, capsys):
     import json
 
-    from layersched.cli.run import _keywords
+    from layersched.cli.options import keywords
     from layersched.cli.run import main as run_main
     from layersched.runtime.workload import _dtype
 
-    options = _keywords(["dtype=torch.bfloat16", "name=torch.nothing", "depth=4"], "--model-arg", "depth=4")
+    options = keywords(["dtype=torch.bfloat16", "name=torch.nothing", "depth=4"], "--model-arg", "depth=4")
     assert {k: _dtype(v) for k, v in options.items()} == {"dtype": torch.bfloat16, "name": "torch.nothing", "depth": 4}
     path, trace = tmp_path / "s.json", tmp_path / "t.json"
     save_json(schedule_file(solve_pipeline(stage_pipe(2, 4), schedule="1f1b")), path)

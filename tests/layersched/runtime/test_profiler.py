@@ -115,6 +115,24 @@ def test_profile_rejects_bad_arguments(tmp_path, capsys):
     assert not (tmp_path / "x.yaml").exists()
 
 
+def test_profile_takes_the_model_args_a_run_takes(tmp_path, capsys):
+    """`profile --model-arg` builds the model as `run --model-arg` does (before, profile had no way to:
+    it timed the builder's defaults), says so in the problem's description, and refuses a key the
+    builder does not take before any timing."""
+    from layersched.describe.config import load_problem
+
+    args = ["profile", MLP, "--microbatch", "2", "--repeat", "1", "--link", "estimate", "--out"]
+    assert main([*args, str(tmp_path / "a.yaml"), "--model-arg", "depth=3", "--model-arg", "width=16"]) == 0
+    spec = load_problem(tmp_path / "a.yaml")
+    assert [layer.name for layer in spec.model.layers] == ["fc0", "fc1", "fc2"]
+    assert spec.model.layers[0].param_bytes == (16 * 16 + 16) * 8  # float64 weights and bias of width 16
+    assert f"profiled from {MLP} with depth=3, width=16 at micro-batch size 2" in spec.description
+    capsys.readouterr()
+    assert main([*args, str(tmp_path / "b.yaml"), "--model-arg", "detph=3"]) == 2
+    assert "the builder takes no option 'detph'; did you mean 'depth'?" in capsys.readouterr().err
+    assert not (tmp_path / "b.yaml").exists()
+
+
 def test_measure_runtime_reads_the_cost_beyond_the_layers_of_a_run(monkeypatch):
     """The estimator on runs whose numbers are known: every compute action takes its layers'
     profiled time plus a figure of its kind, every step spends another 10 us per action outside any
