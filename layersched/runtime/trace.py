@@ -311,8 +311,22 @@ def compare(schedule, trace, skip_first: bool = True) -> Comparison:
         from layersched.formats.export import load_schedule
 
         schedule = load_schedule(schedule)
+    where = ""
     if not isinstance(trace, dict):
+        where = f"{trace}: "
         trace = load_trace(trace)
+    ran = {  # what the trace says it ran, against the schedule file given (a dict may leave them out)
+        "schedule": (trace.get("schedule"), schedule.name),
+        "method": (trace.get("method"), schedule.method),
+        "num_ranks": (trace.get("num_ranks"), schedule.pipeline.num_ranks),
+        "data_parallel": (trace.get("data_parallel"), schedule.pipeline.data_parallel),
+    }
+    for key, (got, want) in ran.items():
+        if got is not None and got != want:
+            raise SpecError(
+                f"{where}the trace is of a run of another schedule: its {key} is {got!r}, the schedule file's "
+                f"{want!r}; pass the schedule file that run executed"
+            )
     nsteps = max((len(r["step_starts"]) for r in trace["ranks"]), default=0)
     steps = list(range(1 if skip_first and nsteps > 1 else 0, nsteps))
     measured: dict[str, list[float]] = {}

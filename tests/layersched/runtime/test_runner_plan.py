@@ -255,6 +255,25 @@ def test_compare_fits_a_scale_for_abstract_units():
     assert "fitted" in cmp.to_text()
 
 
+def test_compare_refuses_the_trace_of_another_schedule(tmp_path):
+    """A trace compared with a schedule file that run did not execute gave a table of nonsense (a 1F1B
+    run against a GPipe file: every action kind, ratios and all). The trace names what it ran."""
+    from layersched.describe.config import SpecError
+
+    ran, other = template_doc("1f1b", 2, 4), template_doc("gpipe", 2, 4)
+    header = {"schedule": ran.name, "method": ran.method, "num_ranks": 2}  # as `trace_document` writes them
+    path, _ = write_trace(tmp_path / "t.json", fake_trace(ran, 2, 1e-3) | header, ran)
+    assert compare(ran, path).rows  # its own schedule file
+    with pytest.raises(SpecError) as err:
+        compare(other, path)
+    assert str(err.value) == (
+        f"{path}: the trace is of a run of another schedule: its method is '1f1b', the schedule file's 'gpipe'; "
+        "pass the schedule file that run executed"
+    )
+    with pytest.raises(SpecError, match="its num_ranks is 2, the schedule file's 4"):
+        compare(template_doc("1f1b", 4, 4), path)
+
+
 def test_load_trace_names_the_wrong_file(tmp_path):
     doc = template_doc("gpipe", 2, 2)
     _, chrome = write_trace(tmp_path / "t.json", fake_trace(doc, 1, 1e-3), doc)
