@@ -174,7 +174,7 @@ def _run(args) -> int:
 
     doc = load_schedule(args.schedule)
     options = _model_options(args)
-    check_options(args.model, keywords(args.model_arg, "--model-arg", "depth=4"))  # a misspelt key: said, not dropped
+    check_options(args.model, options)  # a misspelt --model-arg: said, not dropped
     cfg = RunConfig(
         doc,
         args.model,
