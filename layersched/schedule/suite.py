@@ -25,7 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from layersched.describe.config import (
     NoBool,
@@ -55,11 +55,20 @@ COLUMNS = (
 
 
 class SuiteProblem(Strict):
+    """A problem of a suite: its file (relative to the suite file), the memory limits to run it under
+    (factors of its own), and published figures to print beside ours. A plain path is short for
+    ``{path: ...}``."""
+
     path: str
     memory_factors: list[Annotated[float, Field(gt=0), NoBool]] = [1.0]
     published: dict[str, Annotated[float, NoBool]] = Field(
         default_factory=dict, description="published bubble rates to print beside ours, by label"
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _a_path_alone(cls, data):
+        return {"path": data} if isinstance(data, str) else data
 
 
 class SuiteSpec(Strict):

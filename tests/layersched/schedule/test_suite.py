@@ -39,6 +39,24 @@ def test_bench_cli_writes_table_csv_and_plot(tmp_path, capsys):
     assert (tmp_path / "suite-small.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_a_suite_lists_problems_by_path_alone(tmp_path):
+    """``problems: [a.yaml]`` is short for ``[{path: a.yaml}]`` (it was refused as "Input should be a valid
+    dictionary or instance of SuiteProblem"); the files are found beside the suite file."""
+    shutil.copy(PROBLEMS / "zb-1.5b.yaml", tmp_path / "a.yaml")
+    (tmp_path / "s.yaml").write_text(
+        "name: s\nproblems: [a.yaml, {path: a.yaml, memory_factors: [2]}]\nmethods: [1f1b]\n"
+    )
+    rows = run_suite(tmp_path / "s.yaml")
+    assert [(r["problem"], r["memory"], r["method"]) for r in rows] == [
+        ("zb-1.5b", "1x", "1f1b"),
+        ("zb-1.5b", "2x", "1f1b"),
+    ]
+    assert rows[0]["bubble_rate"] == pytest.approx(0.243054, abs=1e-6)
+    (tmp_path / "s.yaml").write_text("name: s\nproblems: [nope.yaml]\nmethods: [1f1b]\n")
+    with pytest.raises(SpecError, match="nope.yaml: cannot read"):
+        run_suite(tmp_path / "s.yaml")
+
+
 def test_unknown_method_is_named():
     with pytest.raises(SpecError, match="unknown method 'zb-h9'"):
         run_suite(DATA / "suite-small.yaml", methods=["zb-h9"])
