@@ -31,7 +31,16 @@ def add_commands(subparsers: argparse._SubParsersAction) -> dict[str, Callable]:
     add_time_limit(f, 10.0, "solver time limit per point")
     f.add_argument("--microbatches", type=positive_int, metavar="M", help="override the number of micro-batches")
     f.add_argument(
-        "--out-dir", default="bench-out", help="where to write NAME-frontier.csv and .png (default bench-out/)"
+        "--cuts",
+        choices=["layer", "sublayer"],
+        help="a model-level problem's stages: cut between whole layers, or also inside them. The sweep is of "
+        "one partition (default: whole layers, or sub-layers where whole layers make too few stages); "
+        "'solve' with cuts: best schedules both and keeps the faster",
+    )
+    f.add_argument(
+        "--out-dir",
+        default="bench-out",
+        help="where to write NAME-frontier.csv and .png (NAME-CUTS-frontier with --cuts; default bench-out/)",
     )
     add_quiet(f, "no line per point while it runs")
     return {"frontier": cmd_frontier}
@@ -42,22 +51,30 @@ def cmd_frontier(args, console) -> int:
 
     from rich.table import Table
 
-    from layersched.describe.config import load_problem
+    from layersched.describe.config import SpecError, load_problem
     from layersched.formats.export import check_output, write_text
     from layersched.formats.plot import plot_frontier
     from layersched.formats.report import rows_to_csv
     from layersched.formats.units import fmt_mem, fmt_time
-    from layersched.schedule.cuts import starting_pipeline
+    from layersched.schedule.cuts import starting_cuts
     from layersched.schedule.frontier import frontier
 
-    pipe = starting_pipeline(load_problem(args.problem), args.problem)
+    spec = load_problem(args.problem)
+    if args.cuts and spec.training is None:
+        raise SpecError(f"--cuts: {args.problem} gives its stages directly; only a model-level problem can be cut")
+    pipe, made = starting_cuts(spec, args.problem, args.cuts)
+    # the sweep is of one partition: say which, and where the other one is
+    where = {"layer": " cut between whole layers", "sublayer": " cut inside layers"}.get(made, "")
+    other = ""
+    if made is not None and not args.cuts and spec.training.cuts == "best":
+        other = "; --cuts sublayer sweeps the cuts inside layers, which 'solve' also tries" if made == "layer" else ""
     if args.microbatches:
         pipe = replace(pipe, num_microbatches=args.microbatches)
     check_output(args.out_dir, folder=True)  # before the sweep, not after it
     t, m = pipe.time_unit, pipe.memory_unit
     if not args.quiet:
         console.print(
-            f"{pipe.name}: sweeping {args.points} memory limits and the templates' own peaks, "
+            f"{pipe.name}{where}: sweeping {args.points} memory limits and the templates' own peaks, "
             f"best for at most {args.time_limit:g} s each ({_seconds(args.points * args.time_limit)} for the "
             f"{args.points} limits)"
         )
@@ -87,13 +104,15 @@ def cmd_frontier(args, console) -> int:
         rows.append({**p.__dict__, "gap": round(p.gap, 6)})
     console.print(table)
     console.print(
-        f"no schedule at any memory limit is faster than {fmt_time(front.floor, t)} (the bound without a limit)"
+        f"no schedule{' with these cuts' if made else ''} at any memory limit is faster than "
+        f"{fmt_time(front.floor, t)} (the bound without a limit){other}"
     )
     out = Path(args.out_dir)
     columns = ("label", "limit", "peak_memory", "value", "bubble_rate", "lower_bound", "gap", "status")
-    csv_path = out / f"{pipe.name}-frontier.csv"
+    stem = f"{pipe.name}-{args.cuts}" if args.cuts else pipe.name  # the two partitions' files side by side
+    csv_path = out / f"{stem}-frontier.csv"
     write_text(csv_path, rows_to_csv(rows, columns))
-    png = plot_frontier(front, out / f"{pipe.name}-frontier.png")
+    png = plot_frontier(front, out / f"{stem}-frontier.png")
     console.print(f"wrote {csv_path}, {png}")
     return 0
 

@@ -51,14 +51,23 @@ def starting_pipeline(spec, source: str, cuts: str | None = None) -> Pipeline:
     ``training.cuts``; none for a stage-level one): whole layers (``layer``, and ``best`` where whole
     layers make enough stages), else sub-layers; `SpecError` names the fault, the whole-layer one where
     neither can be built."""
-    cuts = cuts or (spec.training.cuts if spec.training is not None else None)
+    return starting_cuts(spec, source, cuts)[0]
+
+
+def starting_cuts(spec, source: str, cuts: str | None = None) -> tuple[Pipeline, str | None]:
+    """`starting_pipeline` and where it cut: ``"layer"`` or ``"sublayer"``, None for a stage-level
+    problem (its stages are given)."""
+    if spec.training is None:
+        return pipeline_from_spec(spec, source), None
+    cuts = cuts or spec.training.cuts
+    made = "sublayer" if cuts == "sublayer" else "layer"
     try:
-        return pipeline_from_spec(spec, source, granularity="sublayer" if cuts == "sublayer" else "layer")
+        return pipeline_from_spec(spec, source, granularity=made), made
     except SpecError as exc:
         if cuts != "best":
             raise
         try:  # more stages than whole layers: only sub-layer cuts can make them
-            return pipeline_from_spec(spec, source, granularity="sublayer")
+            return pipeline_from_spec(spec, source, granularity="sublayer"), "sublayer"
         except SpecError:
             raise exc from None
 

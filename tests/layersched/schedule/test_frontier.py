@@ -90,6 +90,33 @@ def test_frontier_command_writes_table_csv_and_plot(tmp_path, capsys):
     assert main(["frontier", str(DATA / "zb-1.5b.yaml"), "--points", "0"]) == 2
 
 
+def test_frontier_of_a_model_says_which_cuts_it_sweeps(tmp_path, capsys):
+    """On a model-level problem with ``cuts: best`` the sweep is of the whole-layer partition, while
+    `solve` also schedules the cuts inside layers and keeps the faster. The frontier said "no schedule
+    at any memory limit is faster than" its whole-layer bound, which `solve` beat (617.9 ms against
+    667.4 ms on the bundled GPT-3 problem). It now names its cuts, points to the others, and sweeps
+    them with ``--cuts sublayer``, into files of their own."""
+    from tests.paths import PROBLEMS
+
+    problem = str(PROBLEMS / "gpt3-1.3b-a100.yaml")
+    args = ["frontier", problem, "--points", "2", "--time-limit", "1", "--out-dir", str(tmp_path)]
+    assert main(args) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert out.startswith("gpt3-1.3b-a100 cut between whole layers: sweeping 2 memory limits")
+    assert (
+        "no schedule with these cuts at any memory limit is faster than 667.364 ms (the bound without a limit); "
+        "--cuts sublayer sweeps the cuts inside layers, which 'solve' also tries"
+    ) in out
+    assert main([*args, "--cuts", "sublayer"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert out.startswith("gpt3-1.3b-a100 cut inside layers:")
+    assert "faster than 617.917 ms (the bound without a limit)" in out and "--cuts sublayer sweeps" not in out
+    assert (tmp_path / "gpt3-1.3b-a100-frontier.csv").exists()
+    assert (tmp_path / "gpt3-1.3b-a100-sublayer-frontier.csv").exists()
+    assert main(["frontier", str(DATA / "zb-1.5b.yaml"), "--cuts", "layer"]) == 2
+    assert "only a model-level problem can be cut" in capsys.readouterr().err
+
+
 def test_frontier_says_up_front_how_long_the_sweep_may_take(tmp_path, capsys, monkeypatch):
     """100,000 points of 10 s each would run for 11.6 days: the first line says so before any work."""
     import layersched.schedule.frontier
