@@ -66,8 +66,8 @@ def cmd_frontier(args, console) -> int:
     # the sweep is of one partition: say which, and where the other one is
     where = {"layer": " cut between whole layers", "sublayer": " cut inside layers"}.get(made, "")
     other = ""
-    if made is not None and not args.cuts and spec.training.cuts == "best":
-        other = "; --cuts sublayer sweeps the cuts inside layers, which 'solve' also tries" if made == "layer" else ""
+    if made == "layer" and not args.cuts and spec.training.cuts == "best":
+        other = "; --cuts sublayer sweeps the cuts inside layers, which 'solve' also tries"
     if args.microbatches:
         pipe = replace(pipe, num_microbatches=args.microbatches)
     check_output(args.out_dir, folder=True)  # before the sweep, not after it

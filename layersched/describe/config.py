@@ -258,6 +258,10 @@ class TrainingSpec(Strict):
     """Optimizer state and master weights per parameter byte's parameter (Adam, mixed precision)."""
 
 
+_STAGE_COSTS = ("forward", "backward_input", "backward_weight", "memory_forward", "memory_freed_by_weight")
+"""The stage-level pipeline's per-stage amounts: one number for all stages, or one per stage."""
+
+
 class StagePipelineSpec(Strict):
     """Stage-level shortcut (Zero Bubble's and PipeDream's settings): each cost is one number for
     every stage, or a list with one per stage (``transfer``: one per stage boundary).
@@ -293,8 +297,7 @@ class StagePipelineSpec(Strict):
 
     @model_validator(mode="after")
     def _check(self) -> StagePipelineSpec:
-        costs = ("forward", "backward_input", "backward_weight", "memory_forward", "memory_freed_by_weight")
-        for name in (*costs, "transfer"):
+        for name in (*_STAGE_COSTS, "transfer"):
             value, want = getattr(self, name), self.stages - 1 if name == "transfer" else self.stages
             if isinstance(value, list) and len(value) != want:
                 what = "stage boundary" if name == "transfer" else "stage"
@@ -453,17 +456,7 @@ _UNION_TAG = re.compile(
 )
 
 
-_WHOLE_AMOUNTS = frozenset(
-    (
-        "forward",
-        "backward_input",
-        "backward_weight",
-        "transfer",
-        "memory_forward",
-        "memory_freed_by_weight",
-        "memory_limit",
-    )
-)
+_WHOLE_AMOUNTS = frozenset((*_STAGE_COSTS, "transfer", "memory_limit"))
 """The stage-level pipeline's amounts of time or memory: whole numbers of its ``time_unit`` or ``memory_unit``."""
 
 _YAML_TEXT_NUMBER = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")

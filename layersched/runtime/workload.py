@@ -152,6 +152,18 @@ def _source_file(fn: Callable) -> str | None:
         return None
 
 
+def _keywords_taken(builder: Callable) -> list[str] | None:
+    """The keywords ``builder`` takes by name, or None where it takes any (``**kwargs``)."""
+    params = inspect.signature(builder).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return None
+    return [n for n, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+
+
+def _label(spec: str | Callable) -> str:
+    return spec if isinstance(spec, str) else getattr(spec, "__name__", "model")
+
+
 def check_options(spec: str | Callable, keys) -> None:
     """`PlanError` when the builder ``spec`` names takes no option of that name for one of ``keys`` (the
     user's ``--model-arg`` keys). `load_workload` passes a builder only the options it takes, so that
@@ -159,31 +171,26 @@ def check_options(spec: str | Callable, keys) -> None:
     would be dropped there without a word. A builder with ``**kwargs`` takes any key."""
     import difflib
 
-    builder = resolve(spec) if isinstance(spec, str) else spec
-    params = inspect.signature(builder).parameters
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+    takes = _keywords_taken(resolve(spec) if isinstance(spec, str) else spec)
+    if takes is None:
         return
-    takes = [n for n, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
     for key in keys:
         if key not in takes:
-            label = spec if isinstance(spec, str) else getattr(spec, "__name__", "model")
             close = difflib.get_close_matches(key, takes, n=1)
             hint = f"did you mean {close[0]!r}? " if close else ""
-            raise PlanError(
-                f"model {label}: the builder takes no option {key!r}; {hint}it takes {', '.join(takes) or 'none'}"
-            )
+            every = ", ".join(takes) or "none"
+            raise PlanError(f"model {_label(spec)}: the builder takes no option {key!r}; {hint}it takes {every}")
 
 
 def load_workload(spec: str | Callable, **options) -> Workload:
     """Build the workload ``spec`` names (or a builder function), passing only the ``options``
     the builder accepts; `PlanError` when it does not return what a run needs."""
     builder = resolve(spec) if isinstance(spec, str) else spec
-    params = inspect.signature(builder).parameters
-    takes_all = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    takes = _keywords_taken(builder)
     options = {k: _dtype(v) for k, v in options.items()}
-    label = spec if isinstance(spec, str) else getattr(spec, "__name__", "model")
+    label = _label(spec)
     try:
-        built = builder(**{k: v for k, v in options.items() if v is not None and (takes_all or k in params)})
+        built = builder(**{k: v for k, v in options.items() if v is not None and (takes is None or k in takes)})
     except Exception as exc:  # the builder's own error, where it was raised; `layersched --debug` shows it all
         raise PlanError(f"model {label}: the builder raised {_raised(exc, _source_file(builder))}") from exc
     missing = [a for a in ("layers", "loss_fn", "batches") if not hasattr(built, a)]
