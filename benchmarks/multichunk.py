@@ -22,9 +22,10 @@ interleaved row at p=12 (m=2p and m=3p) and with two stages per rank (p=8, m=16)
 ``--rows unseen`` runs more such rows, first run in session 28 (after every step of the search was
 tuned): the interleaved row at p=6 (m=18), p=10 (m=20), with two stages per rank at p=4 (m=16) and
 p=12 (m=24), and at p=6 under 14 stage activations per rank; the V row at p=6 (m=18), p=10 (m=40)
-and p=12 under 16 stage activations; and `uneven_row`, stages of unequal cost.
+and p=12 under 16 stage activations; and `uneven_row`, stages of unequal cost. ``--rows fresh`` runs
+eight more, first run in session 54 (`fresh_rows`).
 
-Usage: python benchmarks/multichunk.py [--runs 3] [--time-limit 60] [--rows issue|more|unseen]
+Usage: python benchmarks/multichunk.py [--runs 3] [--time-limit 60] [--rows issue|more|unseen|fresh]
 (the issue's rows: about 20 minutes on 2 cores at the defaults)
 """
 
@@ -140,6 +141,23 @@ def unseen_rows(tmp: Path) -> list[Path]:
     ]
 
 
+def fresh_rows(tmp: Path) -> list[Path]:
+    """Rows of the same kinds first run in session 54, long after the search was last tuned (``--rows
+    fresh``): the interleaved row at p=5 (m=15), p=8 (m=32), with two stages per rank at p=7 (m=14),
+    p=16 (m=32) and at p=6 (m=24) over links 1.7 times slower (transfer 3000); the V row at p=4
+    (m=12), p=7 (m=21) and p=16 (m=64)."""
+    return [
+        recut(tmp, "zb-interleaved-1.5b", 5, 15),
+        recut(tmp, "zb-interleaved-1.5b", 7, 14, stages_per_rank=2),
+        recut(tmp, "zb-interleaved-1.5b", 8, 32),
+        recut(tmp, "zb-v-6.2b", 4, 12),
+        recut(tmp, "zb-v-6.2b", 7, 21),
+        recut(tmp, "zb-interleaved-1.5b", 6, 24, stages_per_rank=2, transfer=3000),
+        recut(tmp, "zb-interleaved-1.5b", 16, 32, stages_per_rank=2),
+        recut(tmp, "zb-v-6.2b", 16, 64),
+    ]
+
+
 def rows(tmp: Path) -> list[Path]:
     return [
         ROOT / "problems" / "zb-v-6.2b.yaml",
@@ -215,10 +233,10 @@ def main() -> None:
     )
     ap.add_argument(
         "--rows",
-        choices=("issue", "more", "unseen"),
+        choices=("issue", "more", "unseen", "fresh"),
         default="issue",
         help="issue: the rows the optimizer issue names and their re-cuts; more, unseen: rows of the same kinds never "
-        "tuned on (unseen: first run in session 28, one with stages of unequal cost)",
+        "tuned on (unseen: first run in session 28, one with stages of unequal cost; fresh: first run in session 54)",
     )
     args = ap.parse_args()
     console = Console(width=140)
@@ -230,8 +248,9 @@ def main() -> None:
         peer_table.add_column(col)
     for col in ("row", "bubble", "proven gap %", "wall s", "peak MB"):
         best_table.add_column(col)
+    listed_rows = {"issue": rows, "more": more_rows, "unseen": unseen_rows, "fresh": fresh_rows}[args.rows]
     with tempfile.TemporaryDirectory() as tmp:
-        for path in {"issue": rows, "more": more_rows, "unseen": unseen_rows}[args.rows](Path(tmp)):
+        for path in listed_rows(Path(tmp)):
             name = path.stem
             listed = peers(path)
             if name in PUBLISHED:
