@@ -284,6 +284,36 @@ def test_progress_lines_count_from_the_start_of_the_solve(tmp_path, capsys, monk
     assert len(seconds) == 2 and seconds[1] >= seconds[0] + 0.15 and seconds[0] < 5.0
 
 
+def test_solve_says_when_the_search_was_still_improving(tmp_path, capsys, monkeypatch):
+    """Where the last shorter schedule came in the last quarter of the time limit and the result is above
+    its bound, `solve` says that more time, or --start with the file it wrote, may find more; not where
+    the search last improved early."""
+    import time
+
+    import layersched.schedule.solve as solve_module
+
+    real = solve_module.solve_pipeline
+
+    def improving_at(share: float):
+        def solve(pipe, **options):
+            time.sleep(share * options["time_limit"])
+            options["progress"]({"incumbent": 20, "bound": 10, "gap": 0.5, "elapsed": 0.0})
+            return real(pipe, schedule="1f1b", objective=options.get("objective"))  # above the bound
+
+        return solve
+
+    out = tmp_path / "s.json"
+    args = ["solve", str(DATA / "zb-1.5b.yaml"), "--solver", "best", "--time-limit", "1", "--out", str(out)]
+    monkeypatch.setattr(solve_module, "solve_pipeline", improving_at(0.9))
+    assert main(args) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert "still improving: the search found a shorter schedule at 0.9 s of its 1 s" in said
+    assert f"--start {out}" in said
+    monkeypatch.setattr(solve_module, "solve_pipeline", improving_at(0.3))
+    assert main(args) == 0
+    assert "still improving" not in capsys.readouterr().out
+
+
 def _arguments(parser, path=("layersched",)):
     """Every (command path, argument) of ``parser`` and its subcommands, --help left out."""
     import argparse
