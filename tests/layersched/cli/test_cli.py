@@ -288,15 +288,16 @@ def test_solve_says_when_the_search_was_still_improving(tmp_path, capsys, monkey
     """Where the last shorter schedule came in the last quarter of the time limit and the result is above
     its bound, `solve` says that more time, or --start with the file it wrote, may find more; not where
     the search last improved early."""
+    import re
     import time
 
     import layersched.schedule.solve as solve_module
 
     real = solve_module.solve_pipeline
 
-    def improving_at(share: float):
+    def improving_at(seconds: float):
         def solve(pipe, **options):
-            time.sleep(share * options["time_limit"])
+            time.sleep(seconds)
             options["progress"]({"incumbent": 20, "bound": 10, "gap": 0.5, "elapsed": 0.0})
             return real(pipe, schedule="1f1b", objective=options.get("objective"))  # above the bound
 
@@ -307,8 +308,8 @@ def test_solve_says_when_the_search_was_still_improving(tmp_path, capsys, monkey
     monkeypatch.setattr(solve_module, "solve_pipeline", improving_at(0.9))
     assert main(args) == 0
     said = " ".join(capsys.readouterr().out.split())
-    assert "still improving: the search found a shorter schedule at 0.9 s of its 1 s" in said
-    assert f"--start {out}" in said
+    late = re.search(r"still improving: the search found a shorter schedule at ([\d.]+) s of its 1 s", said)
+    assert late and float(late.group(1)) >= 0.75 and f"--start {out}" in said
     monkeypatch.setattr(solve_module, "solve_pipeline", improving_at(0.3))
     assert main(args) == 0
     assert "still improving" not in capsys.readouterr().out
