@@ -51,7 +51,7 @@ def cmd_frontier(args, console) -> int:
 
     from rich.table import Table
 
-    from layersched.describe.config import SpecError, load_problem
+    from layersched.describe.config import load_problem
     from layersched.formats.export import check_output, write_text
     from layersched.formats.plot import plot_frontier
     from layersched.formats.report import rows_to_csv
@@ -60,8 +60,6 @@ def cmd_frontier(args, console) -> int:
     from layersched.schedule.frontier import frontier
 
     spec = load_problem(args.problem)
-    if args.cuts and spec.training is None:
-        raise SpecError(f"--cuts: {args.problem} gives its stages directly; only a model-level problem can be cut")
     pipe, made = starting_cuts(spec, args.problem, args.cuts)
     # the sweep is of one partition: say which, and where the other one is
     where = {"layer": " cut between whole layers", "sublayer": " cut inside layers"}.get(made, "")

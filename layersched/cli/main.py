@@ -228,8 +228,6 @@ def cmd_solve(args, console: Console) -> int:
         return p if args.microbatches is None else replace(p, num_microbatches=args.microbatches)
 
     cuts = args.cuts or (spec.training.cuts if spec.training is not None else None)
-    if cuts is not None and spec.training is None:
-        raise SpecError(f"--cuts: {args.problem} gives its stages directly; only a model-level problem can be cut")
     pipe = adjust(starting_pipeline(spec, args.problem, cuts))
     solver = args.solver or (None if args.schedule else pipe.default_solver)
     _check_method_names(args, spec)

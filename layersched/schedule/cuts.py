@@ -56,8 +56,10 @@ def starting_pipeline(spec, source: str, cuts: str | None = None) -> Pipeline:
 
 def starting_cuts(spec, source: str, cuts: str | None = None) -> tuple[Pipeline, str | None]:
     """`starting_pipeline` and where it cut: ``"layer"`` or ``"sublayer"``, None for a stage-level
-    problem (its stages are given)."""
+    problem (its stages are given; `SpecError` where ``cuts`` is asked of one all the same)."""
     if spec.training is None:
+        if cuts is not None:
+            raise SpecError(f"--cuts: {source} gives its stages directly; only a model-level problem can be cut")
         return pipeline_from_spec(spec, source), None
     cuts = cuts or spec.training.cuts
     made = "sublayer" if cuts == "sublayer" else "layer"
