@@ -383,6 +383,8 @@ def solve_tails(
     stats: dict | None = None,
     expand_memory: bool | None = None,
     fixed_search: bool = False,
+    parameters: dict | None = None,
+    log: Callable[[str], None] | None = None,
 ) -> tuple[Schedule | None, bool]:
     """`reoptimize_tails`, and whether CP-SAT proved its schedule optimal for the window (every task
     before the cuts where it is): True also where nothing was free. A ``stats`` dict given hears the
@@ -395,7 +397,11 @@ def solve_tails(
     branches as the model's decision strategy says, and this model gives none, so on the free tasks'
     starts in their order, least value first; no LP, no neighbourhoods (the portfolio's `fixed`
     subsolver). On some windows it reaches the window's own bound at once where the default portfolio
-    walks slowly (see `solvers.lns.improve_tails`'s ``fixed_first``)."""
+    walks slowly (see `solvers.lns.improve_tails`'s ``fixed_first``).
+
+    For experiments (`benchmarks/tail_replay.py`): ``parameters`` sets more of CP-SAT's parameters
+    by name (a list is appended to a repeated one, e.g. ``{"ignore_subsolvers": ["ls"]}``), and
+    ``log`` hears CP-SAT's search log, line by line."""
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r}; valid: {', '.join(OBJECTIVES)}")
     start, proc = schedule.start, schedule.processor
@@ -461,6 +467,15 @@ def solve_tails(
     if expand_memory is None:
         expand_memory = len(W) <= TAIL_EXPANSION_TASKS
     solver.parameters.expand_reservoir_constraints = bool(expand_memory)
+    for name, value in (parameters or {}).items():
+        if isinstance(value, list | tuple):
+            getattr(solver.parameters, name).extend(value)
+        else:
+            setattr(solver.parameters, name, value)
+    if log is not None:
+        solver.parameters.log_search_progress = True
+        solver.parameters.log_to_stdout = False
+        solver.log_callback = log
     status = solver.solve(model)
     if stats is not None and status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         stats["bound"] = max(int(bound), math.ceil(solver.best_objective_bound - 1e-6))

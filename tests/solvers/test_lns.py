@@ -262,6 +262,30 @@ def test_a_tail_window_expands_its_memory_only_up_to_a_size(monkeypatch):
         assert proven and seen[-1] is expanded
 
 
+def test_a_tail_window_takes_more_cpsat_parameters_and_a_log(monkeypatch):
+    """`solve_tails`' ``parameters`` (by name; a list extends a repeated one) reach CP-SAT, and ``log``
+    hears its search log; the window is solved as without them."""
+    import solvers.cpsat
+    from solvers.cpsat import solve_tails
+
+    seen = []
+
+    class Spy(solvers.cpsat.cp_model.CpSolver):
+        def solve(self, model, *args):
+            seen.append((self.parameters.random_seed, list(self.parameters.ignore_subsolvers)))
+            return super().solve(model, *args)
+
+    monkeypatch.setattr(solvers.cpsat.cp_model, "CpSolver", Spy)
+    p = Problem(duration=[2, 3, 1], num_processors=2, edges=[[0, 1]], delay=[5])
+    s = Schedule(processor=[0, 0, 1], start=[0, 6, 9])
+    lines: list[str] = []
+    parameters = {"random_seed": 7, "ignore_subsolvers": ["ls", "rins/rens"]}
+    got, proven = solve_tails(p, s, np.array([1, 0]), 5, parameters=parameters, log=lines.append)
+    assert proven and got.makespan(p) == 5
+    assert seen == [(7, ["ls", "rins/rens"])]
+    assert any("CP-SAT" in line for line in lines)
+
+
 @settings(max_examples=20, deadline=None)
 @given(problems(max_tasks=10, max_processors=3), st.sampled_from(["makespan", "span"]), st.sampled_from([0.3, 1.0]))
 def test_a_band_step_is_valid_and_never_worse(problem, objective, band):
