@@ -1,0 +1,207 @@
+"""Replay one window of `best`'s tail step under other CP-SAT settings, from where `best` began it.
+
+`best`'s tail step (`solvers.lns.improve_tails`; docs/design.md, step 3a) re-solves every rank's
+passes from its k-th last forward on, with the rest held. What a window finds in its seconds varies
+a lot from run to run, so a change to the step is best judged first on the window itself, many
+times, from one start. This script runs `best` on a problem file (``--time-limit`` as `solve`'s)
+until its tail step begins, keeps that step's input (the schedule and the proven bound), and then
+re-solves the chosen windows from it (`solvers.cpsat.solve_tails`), once per seed and setting:
+
+- ``--subsolvers all`` is CP-SAT's portfolio as `best` runs it: with 2 workers, one full-problem
+  subsolver (``default_lp``) and, on the other thread, interleaved neighbourhoods;
+  ``scheduling`` leaves out those that know nothing of intervals (`GENERIC_SUBSOLVERS`);
+- ``--first`` solves window 0 first (as `best` does, up to ``--seconds``) and replays the others from
+  its schedule.
+
+It prints one row per window, seed and setting: the span it started from and the span found (with
+their gaps to the row's bound), the window's own bound, whether it was proven, the seconds, and how
+many solutions each subsolver found (from CP-SAT's log). Session 55's replays used it
+(docs/measurements.md).
+
+Usage: python benchmarks/tail_replay.py PROBLEM.yaml [--windows 0,2] [--seconds 15] [--seeds 0,1,2]
+                                         [--subsolvers all,scheduling] [--first] [--time-limit 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import re
+import time
+from collections import Counter
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+import solvers.lns
+from layersched.cli.options import positive_float
+from layersched.describe.config import SpecError, load_problem
+from layersched.describe.stages import pipeline_from_spec
+from layersched.schedule.solve import NoScheduleError, solve_pipeline
+from solvers import Problem, Schedule
+from solvers.cpsat import solve_tails
+from solvers.validate import violations
+
+GENERIC_SUBSOLVERS = [
+    "graph_arc_lns", "graph_cst_lns", "graph_dec_lns", "graph_var_lns", "rnd_cst_lns", "rnd_var_lns",
+    "rins/rens", "feasibility_pump", "ls",
+]  # fmt: skip
+"""CP-SAT's subsolvers (as its log names them) that know nothing of intervals: neighbourhoods of
+random or graph-connected variables and constraints, relaxation-induced ones, the feasibility pump and
+local search. ``--subsolvers scheduling`` leaves them out."""
+
+SUBSOLVERS = {"all": [], "scheduling": GENERIC_SUBSOLVERS}
+
+
+class _Captured(Exception):
+    """Raised in place of the tail step, once its input is kept."""
+
+
+def capture(path: Path, time_limit: float) -> dict | None:
+    """`best` on the problem file ``path`` with ``time_limit`` seconds, stopped where its tail step
+    would begin: the step's ``problem``, its starting ``schedule``, the proven ``bound``, the
+    ``objective`` and the step's window ``cuts`` (a function of a schedule and a window's index, as
+    `layersched.schedule.solve.widening_tails` gives it). None where `best` ended without a tail step
+    (it proved its schedule optimal before, or the time was too short)."""
+    kept: dict = {}
+
+    def instead(problem, schedule, cut, **kw):
+        kept.update(problem=problem, schedule=schedule, cuts=cut, bound=kw["bound"], objective=kw["objective"])
+        raise _Captured
+
+    real = solvers.lns.improve_tails
+    solvers.lns.improve_tails = instead  # `best` imports it from there when it searches
+    try:
+        solve_pipeline(pipeline_from_spec(load_problem(path)), solver="best", time_limit=time_limit)
+    except _Captured:
+        pass
+    finally:
+        solvers.lns.improve_tails = real
+    return kept or None
+
+
+def replay(
+    problem: Problem,
+    schedule: Schedule,
+    cut,
+    seconds: float,
+    *,
+    objective: str,
+    bound: int,
+    seed: int,
+    ignore: list[str],
+) -> dict:
+    """One window (per-rank ``cut``) re-solved from ``schedule`` for ``seconds`` with CP-SAT's
+    ``seed`` and the subsolvers ``ignore`` left out: ``found`` (the span found, or the start's where
+    CP-SAT found nothing better), ``schedule``, ``free``, ``bound`` (the window's own), ``proven``,
+    ``seconds``, and ``solutions`` (a Counter of the subsolvers that found each one, from the log)."""
+    lines: list[str] = []
+    stats: dict = {}
+    t0 = time.perf_counter()
+    found, proven = solve_tails(
+        problem, schedule, cut, seconds, objective=objective, bound=bound, stats=stats,
+        parameters={"random_seed": seed, "ignore_subsolvers": ignore}, log=lines.append,
+    )  # fmt: skip
+    took = time.perf_counter() - t0
+    if (
+        found is None
+        or violations(problem, found, limit=1)
+        or found.objective(problem, objective) > schedule.objective(problem, objective)
+    ):
+        found = schedule
+    # "#7  7.10s best:3477236 next:[3468051,3477235] scheduling_resource_windows_lns (d=...": the subsolver
+    found_by = (re.match(r"#\d+\s+\S+\s+best:\S+\s+next:\S+\s+([^\s(]+)", line) for line in lines)
+    solutions = Counter(m.group(1).removesuffix("_lns") for m in found_by if m)
+    return {
+        "found": found.objective(problem, objective),
+        "schedule": found,
+        "free": stats["free"],
+        "bound": stats["bound"],
+        "proven": proven,
+        "seconds": took,
+        "solutions": solutions,
+    }
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected integers separated by commas, got {text!r}") from None
+    if any(v < 0 for v in values):
+        raise argparse.ArgumentTypeError(f"expected integers of 0 or more, got {text!r}")
+    return values
+
+
+def _settings(text: str) -> list[str]:
+    names = text.split(",")
+    for name in names:
+        if name not in SUBSOLVERS:
+            raise argparse.ArgumentTypeError(f"unknown setting {name!r}; valid: {', '.join(SUBSOLVERS)}")
+    return names
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("problem", type=Path, help="a problem file (problems/*.yaml, or a row multichunk.py writes)")
+    ap.add_argument("--windows", type=_ints, default=[0], help="windows to replay, 0 the first (default 0)")
+    ap.add_argument("--seconds", type=positive_float, default=15.0, help="seconds per window (default 15)")
+    ap.add_argument("--seeds", type=_ints, default=[0, 1, 2], help="CP-SAT seeds, one replay each (default 0,1,2)")
+    ap.add_argument(
+        "--subsolvers", type=_settings, default=["all"], help="all (CP-SAT's portfolio) and/or scheduling (default all)"
+    )
+    ap.add_argument("--first", action="store_true", help="solve window 0 first and replay the others from its schedule")
+    ap.add_argument(
+        "--time-limit",
+        type=positive_float,
+        default=60.0,
+        help="seconds of the `best` run whose tail step is replayed (default 60)",
+    )
+    args = ap.parse_args()
+    if not args.problem.is_file():
+        raise SystemExit(f"{args.problem}: no such file")
+    console = Console(width=200)
+    try:
+        kept = capture(args.problem, args.time_limit)
+    except SpecError as e:  # its message names the file
+        raise SystemExit(str(e)) from None
+    except (ValueError, NoScheduleError) as e:
+        raise SystemExit(f"{args.problem}: {e}") from None
+    if kept is None:
+        raise SystemExit(f"{args.problem}: `best` ended before its tail step (proven, or too little time)")
+    problem, start, bound, objective = kept["problem"], kept["schedule"], kept["bound"], kept["objective"]
+
+    def gap(value: int) -> str:
+        return f"{value:,} ({(value - bound) / value:.2%})"
+
+    console.print(f"{args.problem.name}: the tail step starts at {gap(start.objective(problem, objective))}")
+    if args.first:
+        first = replay(problem, start, kept["cuts"](start, 0), args.seconds, objective=objective, bound=bound, seed=0,
+                       ignore=[])  # fmt: skip
+        start = first["schedule"]
+        console.print(f"window 0 first: {gap(first['found'])}, proven: {first['proven']}, {first['seconds']:.1f} s")
+    table = Table(title=f"{args.problem.name}: tail windows replayed, {args.seconds:g} s each; the bound {bound:,}")
+    for col in ("window", "free", "subsolvers", "seed", "start", "found", "window's bound", "proven", "s", "solutions"):
+        table.add_column(col, justify="left" if col in ("subsolvers", "solutions") else "right", overflow="fold")
+    for k in args.windows:
+        cut = kept["cuts"](start, k)
+        if cut is None:
+            raise SystemExit(f"--windows: the row has no window {k} (a rank has too few forwards)")
+        for setting in args.subsolvers:
+            for seed in args.seeds:
+                r = replay(problem, start, cut, args.seconds, objective=objective, bound=bound, seed=seed,
+                           ignore=SUBSOLVERS[setting])  # fmt: skip
+                console.print(f"window {k}, {setting}, seed {seed}: {gap(r['found'])} in {r['seconds']:.1f} s")
+                table.add_row(
+                    str(k), f"{r['free']:,}", setting, str(seed), gap(start.objective(problem, objective)),
+                    gap(r["found"]), gap(r["bound"]), "yes" if r["proven"] else "no", f"{r['seconds']:.1f}",
+                    ", ".join(f"{name} {n}" for name, n in r["solutions"].most_common()),
+                )  # fmt: skip
+    console.print(table)
+    console.print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,71 @@
+"""benchmarks/tail_replay.py: it replays `best`'s tail step from the step's own input."""
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from solvers.validate import violations
+from tests.paths import benchmark
+
+
+@pytest.fixture(scope="module")
+def bench():
+    with benchmark("tail_replay") as module:
+        yield module
+
+
+@pytest.fixture(scope="module")
+def kept(bench, tmp_path_factory):
+    import multichunk  # beside tail_replay, on the path while ``bench`` lives
+
+    path = multichunk.recut(tmp_path_factory.mktemp("row"), "zb-interleaved-1.5b", 4, 8)
+    return bench.capture(path, 8)
+
+
+def test_the_captured_start_is_a_valid_schedule_above_its_bound(kept):
+    import solvers.lns
+
+    assert kept is not None  # on this row `best` reaches its tail step within 8 s
+    problem, start = kept["problem"], kept["schedule"]
+    assert not violations(problem, start, limit=1)
+    assert kept["objective"] == "span" and 0 < kept["bound"] < start.objective(problem, "span")
+    cut = kept["cuts"](start, 0)
+    assert cut.shape == (problem.num_processors,)
+    assert 0 < int((start.start >= cut[start.processor]).sum()) < problem.num_tasks
+    assert solvers.lns.improve_tails.__name__ == "improve_tails"  # the step is put back
+
+
+@pytest.mark.parametrize("setting", ["all", "scheduling"])
+def test_a_replayed_window_is_valid_no_worse_and_names_who_found_it(bench, kept, setting):
+    problem, start = kept["problem"], kept["schedule"]
+    cut = kept["cuts"](start, 0)
+    r = bench.replay(problem, start, cut, 2, objective="span", bound=kept["bound"], seed=1,
+                     ignore=bench.SUBSOLVERS[setting])  # fmt: skip
+    assert not violations(problem, r["schedule"], limit=1)
+    assert kept["bound"] <= r["bound"] <= r["found"] <= start.objective(problem, "span")
+    assert r["found"] == r["schedule"].objective(problem, "span")
+    assert r["free"] == int((start.start >= cut[start.processor]).sum())
+    assert isinstance(r["solutions"], Counter) and sum(r["solutions"].values()) >= 1  # the hint counts as one
+    if setting == "scheduling":
+        assert not {f"{name}".removesuffix("_lns") for name in bench.GENERIC_SUBSOLVERS} & set(r["solutions"])
+
+
+def test_bad_arguments_are_one_line(bench):
+    import argparse
+
+    with pytest.raises(argparse.ArgumentTypeError, match="integers of 0 or more"):
+        bench._ints("0,-1")
+    with pytest.raises(argparse.ArgumentTypeError, match="unknown setting 'fast'"):
+        bench._settings("all,fast")
+    assert bench._ints("0,2") == [0, 2] and np.array_equal(bench._settings("scheduling"), ["scheduling"])
+
+
+def test_a_missing_or_bad_problem_file_is_one_line(bench, tmp_path, monkeypatch):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("pipeline: {stages: 0}\n")
+    for path, says in ((tmp_path / "none.yaml", "no such file"), (bad, "required field is missing")):
+        monkeypatch.setattr("sys.argv", ["tail_replay.py", str(path)])
+        with pytest.raises(SystemExit, match=says) as e:
+            bench.main()
+        assert str(path) in str(e.value) and "\n" not in str(e.value)
