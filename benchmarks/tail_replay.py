@@ -10,8 +10,8 @@ re-solves the chosen windows from it (`solvers.cpsat.solve_tails`), once per see
 - ``--subsolvers all`` is CP-SAT's portfolio as `best` runs it: with 2 workers, one full-problem
   subsolver (``default_lp``) and, on the other thread, interleaved neighbourhoods;
   ``scheduling`` leaves out those that know nothing of intervals (`GENERIC_SUBSOLVERS`);
-- ``--first`` solves window 0 first (as `best` does, up to ``--seconds``) and replays the others from
-  its schedule.
+- ``--first`` solves window 0 first (all subsolvers, seed 0, up to ``--seconds``; `best` would also
+  give it a second of CP-SAT's fixed search first) and replays the others from its schedule.
 
 It prints one row per window, seed and setting: the span it started from and the span found (with
 their gaps to the row's bound), the window's own bound, whether it was proven, the seconds, and how
