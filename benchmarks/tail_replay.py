@@ -36,7 +36,7 @@ from rich.console import Console
 from rich.table import Table
 
 import solvers.lns
-from layersched.cli.options import positive_float
+from layersched.cli.options import positive_float, whole_number
 from layersched.describe.config import SpecError, load_problem
 from layersched.describe.stages import pipeline_from_spec
 from layersched.schedule.solve import NoScheduleError, solve_pipeline
@@ -125,14 +125,14 @@ def replay(
     }
 
 
-def _ints(text: str) -> list[int]:
-    try:
-        values = [int(x) for x in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected integers separated by commas, got {text!r}") from None
-    if any(v < 0 for v in values):
-        raise argparse.ArgumentTypeError(f"expected integers of 0 or more, got {text!r}")
-    return values
+def _windows(text: str) -> list[int]:
+    """``"0,2"`` -> ``[0, 2]``: window indices, 0 or more."""
+    return [whole_number(x, least=0) for x in text.split(",")]
+
+
+def _seeds(text: str) -> list[int]:
+    """``"0,1,2"`` -> ``[0, 1, 2]``: CP-SAT's ``random_seed`` is a 32-bit signed integer."""
+    return [whole_number(x, least=0, most=2**31 - 1) for x in text.split(",")]
 
 
 def _settings(text: str) -> list[str]:
@@ -146,9 +146,9 @@ def _settings(text: str) -> list[str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("problem", type=Path, help="a problem file (problems/*.yaml, or a row multichunk.py writes)")
-    ap.add_argument("--windows", type=_ints, default=[0], help="windows to replay, 0 the first (default 0)")
+    ap.add_argument("--windows", type=_windows, default=[0], help="windows to replay, 0 the first (default 0)")
     ap.add_argument("--seconds", type=positive_float, default=15.0, help="seconds per window (default 15)")
-    ap.add_argument("--seeds", type=_ints, default=[0, 1, 2], help="CP-SAT seeds, one replay each (default 0,1,2)")
+    ap.add_argument("--seeds", type=_seeds, default=[0, 1, 2], help="CP-SAT seeds, one replay each (default 0,1,2)")
     ap.add_argument(
         "--subsolvers", type=_settings, default=["all"], help="all (CP-SAT's portfolio) and/or scheduling (default all)"
     )
@@ -185,6 +185,7 @@ def main() -> None:
     table = Table(title=f"{args.problem.name}: tail windows replayed, {args.seconds:g} s each; the bound {bound:,}")
     for col in ("window", "free", "subsolvers", "seed", "start", "found", "window's bound", "proven", "s", "solutions"):
         table.add_column(col, justify="left" if col in ("subsolvers", "solutions") else "right", overflow="fold")
+    began = gap(start.objective(problem, objective))  # every window replays from this schedule
     for k in args.windows:
         cut = kept["cuts"](start, k)
         if cut is None:
@@ -195,7 +196,7 @@ def main() -> None:
                            ignore=SUBSOLVERS[setting])  # fmt: skip
                 console.print(f"window {k}, {setting}, seed {seed}: {gap(r['found'])} in {r['seconds']:.1f} s")
                 table.add_row(
-                    str(k), f"{r['free']:,}", setting, str(seed), gap(start.objective(problem, objective)),
+                    str(k), f"{r['free']:,}", setting, str(seed), began,
                     gap(r["found"]), gap(r["bound"]), "yes" if r["proven"] else "no", f"{r['seconds']:.1f}",
                     ", ".join(f"{name} {n}" for name, n in r["solutions"].most_common()),
                 )  # fmt: skip

@@ -54,11 +54,14 @@ def test_a_replayed_window_is_valid_no_worse_and_names_who_found_it(bench, kept,
 def test_bad_arguments_are_one_line(bench):
     import argparse
 
-    with pytest.raises(argparse.ArgumentTypeError, match="integers of 0 or more"):
-        bench._ints("0,-1")
+    with pytest.raises(argparse.ArgumentTypeError, match="must be at least 0, got -1"):
+        bench._windows("0,-1")
+    with pytest.raises(argparse.ArgumentTypeError, match="must be at most 2,147,483,647"):
+        bench._seeds("0,2147483648")  # CP-SAT's random_seed is 32-bit signed
     with pytest.raises(argparse.ArgumentTypeError, match="unknown setting 'fast'"):
         bench._settings("all,fast")
-    assert bench._ints("0,2") == [0, 2] and np.array_equal(bench._settings("scheduling"), ["scheduling"])
+    assert bench._windows("0,2") == [0, 2] and bench._seeds("0,2147483647") == [0, 2**31 - 1]
+    assert np.array_equal(bench._settings("scheduling"), ["scheduling"])
 
 
 def test_a_missing_or_bad_problem_file_is_one_line(bench, tmp_path, monkeypatch):
