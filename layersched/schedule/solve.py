@@ -472,7 +472,7 @@ def _search_mode(
             schedule, info = improve_tails(
                 problem,
                 schedule,
-                widening_tails(tasks, TAIL_FIRST_TASKS),
+                widening_tails(tasks, TAIL_FIRST_TASKS, TAIL_SKEW if pipe.num_ranks >= TAIL_SKEW_RANKS else 0.0),
                 objective=objective,
                 time_limit=tail_time,
                 bound=bound,
@@ -532,17 +532,19 @@ def _search_mode(
     return _Search(split_backward, sol, sol.metrics["lower_bound"], result.status, interrupted)
 
 
-def tail_cut(tasks: TaskGraph, schedule: Schedule, forwards: int = 1) -> np.ndarray:
-    """Per processor, the start of its ``forwards``-th last forward in ``schedule`` (a processor with
-    fewer forwards, or none, such as a network processor: past every task, so nothing of it is cut)."""
+def tail_cut(tasks: TaskGraph, schedule: Schedule, forwards: int | np.ndarray = 1) -> np.ndarray:
+    """Per processor, the start of its ``forwards``-th last forward in ``schedule`` (``forwards`` one
+    count for all, or one per processor; a processor with fewer forwards, or none, such as a network
+    processor: past every task, so nothing of it is cut)."""
     problem = tasks.problem
     forward = _forwards(tasks)
     beyond = int(schedule.end(problem).max()) + 1
+    depth = np.broadcast_to(np.asarray(forwards, dtype=np.int64), (problem.num_processors,))
     cut = np.full(problem.num_processors, beyond, dtype=np.int64)
     for q in range(problem.num_processors):
         starts = np.sort(schedule.start[(schedule.processor == q) & forward])
-        if len(starts) >= forwards:
-            cut[q] = starts[-forwards]
+        if depth[q] >= 1 and len(starts) >= depth[q]:
+            cut[q] = starts[-depth[q]]
     return cut
 
 
@@ -551,29 +553,69 @@ def _forwards(tasks: TaskGraph) -> np.ndarray:
     return np.array([tasks.graph.nodes[n]["kind"] == "F" for n in tasks.names], dtype=bool)
 
 
-def widening_tails(tasks: TaskGraph, first_tasks: int = 0) -> Callable[[Schedule, int], np.ndarray | None]:
+def widening_tails(
+    tasks: TaskGraph, first_tasks: int = 0, skew: float = 0.0
+) -> Callable[[Schedule, int], np.ndarray | None]:
     """The tail step's windows (`solvers.lns.improve_tails`), widening: window ``k`` (from 0) frees
     every rank's passes from its ``k+1``-th last forward on (`tail_cut`), up to the fewest forwards a
     rank has (one more would leave that rank's passes all in place).
 
     With ``first_tasks``, the first window is the widest of those from the last, second-last and
     third-last forward that frees at most ``first_tasks`` passes in the schedule of the first call
-    (the last forward's where none does), and the windows widen from there (`TAIL_FIRST_TASKS`)."""
-    per_rank = np.bincount(tasks.problem.allowed[_forwards(tasks)].argmax(axis=1))  # forwards on each processor
+    (the last forward's where none does), and the windows widen from there (`TAIL_FIRST_TASKS`).
+
+    With ``skew``, a rank whose stages lie nearer the last stage is cut deeper, by up to ``skew``
+    forwards more (rounded; the rank holding the last stage by all of it, the rank farthest from it by
+    none, in proportion between; never past its first forward): its earlier passes start the backward
+    chains that reach the other ranks' freed passes (`TAIL_SKEW`)."""
+    graph = tasks.graph
+    per_rank = np.bincount(
+        tasks.problem.allowed[_forwards(tasks)].argmax(axis=1), minlength=tasks.problem.num_processors
+    )  # forwards on each processor
     fewest = int(per_rank[per_rank > 0].min()) if per_rank.any() else 0
+    extra = np.zeros(tasks.problem.num_processors, dtype=np.int64)
+    if skew and "stage_to_rank" in graph.graph:
+        ranks = graph.graph["stage_to_rank"]
+        last = len(ranks) - 1
+        behind = {q: last - max(s for s, r in enumerate(ranks) if r == q) for q in set(ranks)}  # stages after q's
+        most = max(behind.values())
+        for q, d in behind.items():
+            extra[q] = round(skew * (1 - d / most)) if most else 0
     skipped: list[int] = []  # the narrower windows not tried, fixed at the first call
 
-    def frees(schedule: Schedule, forwards: int) -> int:
-        return int((schedule.start >= tail_cut(tasks, schedule, forwards)[schedule.processor]).sum())
+    def depths(j: int) -> np.ndarray:
+        return np.minimum(j + 1 + extra, per_rank)
+
+    def frees(schedule: Schedule, j: int) -> int:
+        return int((schedule.start >= tail_cut(tasks, schedule, depths(j))[schedule.processor]).sum())
 
     def cut(schedule: Schedule, k: int) -> np.ndarray | None:
         if not skipped:
-            fits = [j for j in (1, 2) if j < fewest and frees(schedule, j + 1) <= first_tasks]
+            fits = [j for j in (1, 2) if j < fewest and frees(schedule, j) <= first_tasks]
             skipped.append(max(fits, default=0))
         j = skipped[0] + k
-        return tail_cut(tasks, schedule, forwards=j + 1) if j < fewest else None
+        return tail_cut(tasks, schedule, depths(j)) if j < fewest else None
 
     return cut
+
+
+TAIL_SKEW = 2.0
+"""How many forwards deeper the tail step's windows in `best` (`widening_tails`) cut the rank that holds
+the last stage than the rank farthest from it (the ranks between in proportion), on pipelines of at
+least `TAIL_SKEW_RANKS` ranks. The backward chains that reach rank 0's freed passes begin on the
+last rank well before its own cut, where an even window holds them: on the 1.5B interleaved row at
+p=16, m=32, v=2, the window from each rank's second-last forward (968 free passes) has its own bound
+at 2.42% over the row's, where the window skewed by 2 (also 968) has 1.89%, and from 1,016 passes
+0.82% against the even window's 2.42% (session 56). 60 s runs of `best`, 2-core VM, alternated with
+skew 0 (docs/measurements.md, session 56): of the interleaved rows with 7 to 16 ranks, better in 14
+pairs, worse in 2, equal in 3 (e.g. p=16, m=32, v=2 2.12, 2.38, 2.90% against 2.41, 2.58, 3.10%;
+p=10, m=20 2.13, 2.17% against 2.32, 2.55%). At p=5 and p=6 worse in 5 pairs of 6, hence
+`TAIL_SKEW_RANKS`."""
+
+TAIL_SKEW_RANKS = 7
+"""`TAIL_SKEW` applies from this many ranks on: on the interleaved rows with 5 and 6 ranks, whose
+even windows are narrow (175-245 free passes) and proven in seconds, the skewed ones did worse in
+5 pairs of 6 (p=6, m=12 1.67, 1.69, 2.11% against 1.03, 1.35, 1.67%; session 56)."""
 
 
 TAIL_FIRST_TASKS = 250

@@ -297,6 +297,46 @@ def test_the_tail_step_widens_its_window_while_each_is_proven_and_then_beats_one
     assert info["windows"] == 1 and got.span(problem) == 621_199
 
 
+def test_skewed_tail_windows_cut_the_ranks_nearer_the_last_stage_deeper():
+    """With ``skew``, `widening_tails` cuts the rank that holds the last stage ``skew`` forwards deeper
+    than the rank farthest from it, the ranks between in proportion, each never past its first
+    forward; without it, every rank at the same depth. On the row above (p=3, loop placement: the
+    last stage on rank 2) the first window frees each rank from its 1st, 2nd and 3rd-last forward; in
+    a V (the last stage back on rank 0) rank 0 is cut deepest. A skewed window's step is valid and
+    never below the bound."""
+    import yaml
+
+    from layersched.describe.config import ProblemSpec
+    from layersched.describe.stages import pipeline_from_spec
+    from layersched.schedule.solve import complete_orders, tail_cut, task_graph, widening_tails
+    from layersched.schedule.templates import template_orders
+    from solvers import time_orders
+    from solvers.lns import improve_tails
+    from tests.paths import PROBLEMS
+
+    tasks, torch_order, bound = _small_interleaved_row()
+    problem = tasks.problem
+    assert list(widening_tails(tasks, skew=0)(torch_order, 1)) == list(tail_cut(tasks, torch_order, 2))
+    cuts = widening_tails(tasks, skew=2)
+    assert list(cuts(torch_order, 0)) == list(tail_cut(tasks, torch_order, np.array([1, 2, 3])))
+    assert list(cuts(torch_order, 4)) == list(tail_cut(tasks, torch_order, np.array([5, 6, 7])))
+    # 12 forwards a rank: the last window frees every rank from its first forward, none goes past it
+    assert list(cuts(torch_order, 11)) == list(tail_cut(tasks, torch_order, 12))
+    assert cuts(torch_order, 12) is None
+    frees = [int((torch_order.start >= cuts(torch_order, k)[torch_order.processor]).sum()) for k in range(3)]
+    assert frees == sorted(frees) and frees[0] < frees[2]
+    got, _ = improve_tails(problem, torch_order, cuts, objective="span", time_limit=3, bound=bound, workers=1)
+    validate(problem, got)
+    assert bound <= got.span(problem) <= torch_order.span(problem)
+
+    doc = yaml.safe_load((PROBLEMS / "zb-v-6.2b.yaml").read_text())
+    doc["pipeline"].update(stages=8, microbatches=8, memory_limit=8 * doc["pipeline"]["memory_forward"])
+    pipe = pipeline_from_spec(ProblemSpec.model_validate(doc))
+    v = task_graph(pipe, True, pipe.stage_to_rank())
+    order = time_orders(v.problem, complete_orders(v, template_orders("zb-v", pipe)))
+    assert list(widening_tails(v, skew=3)(order, 0)) == list(tail_cut(v, order, np.array([4, 3, 2, 1])))
+
+
 def test_a_tail_window_not_proven_within_window_limit_gives_way_to_the_next_while_it_improves(monkeypatch):
     """With ``window_limit``, `improve_tails` gives each window at most that many seconds. A window that
     had them all without a proof gives way to the next, wider one where it improved, and ends the step
@@ -516,7 +556,9 @@ def test_best_starts_its_tail_step_at_the_wider_window_on_a_small_row(monkeypatc
     window of which frees fewer passes) its first window is each rank's passes from the third-last
     forward on. Each window has at most `TAIL_WINDOW_SHARE` of the step, and never more than
     `TAIL_WINDOW_LIMIT` seconds; one that found nothing jumps as `TAIL_JUMP` says, and one proven
-    optimal as `TAIL_JUMP_PROVEN` says."""
+    optimal as `TAIL_JUMP_PROVEN` says. The row has 3 ranks, fewer than `TAIL_SKEW_RANKS`, so the
+    window is even; from that many ranks on it is skewed by `TAIL_SKEW` (the last stage's rank, here
+    rank 2, 2 forwards deeper than rank 0)."""
     import yaml
 
     import solvers.lns
@@ -546,6 +588,12 @@ def test_best_starts_its_tail_step_at_the_wider_window_on_a_small_row(monkeypatc
     assert seen
     cut, schedule = seen[0]
     assert list(cut) == list(solve.tail_cut(tasks, schedule, forwards=3))
+    assert pipe.num_ranks < solve.TAIL_SKEW_RANKS and solve.TAIL_SKEW == 2
+    seen.clear()
+    monkeypatch.setattr(solve, "TAIL_SKEW_RANKS", pipe.num_ranks)
+    solve_best(pipe, time_limit=8)
+    cut, schedule = seen[0]
+    assert list(cut) == list(solve.tail_cut(tasks, schedule, forwards=np.array([3, 4, 5])))
 
 
 def test_best_runs_the_tail_step_and_lists_it(monkeypatch):
