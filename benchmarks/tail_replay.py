@@ -10,6 +10,8 @@ re-solves the chosen windows from it (`solvers.cpsat.solve_tails`), once per see
 - ``--subsolvers all`` is CP-SAT's portfolio as `best` runs it: with 2 workers, one full-problem
   subsolver (``default_lp``) and, on the other thread, interleaved neighbourhoods;
   ``scheduling`` leaves out those that know nothing of intervals (`GENERIC_SUBSOLVERS`);
+- ``--skews 0,2`` replays each window as `widening_tails` cuts it with each skew (how many forwards
+  deeper the rank holding the last stage is cut; `best`'s is `TAIL_SKEW`);
 - ``--first`` solves window 0 first (all subsolvers, seed 0, up to ``--seconds``; `best` would also
   give it a second of CP-SAT's fixed search first) and replays the others from its schedule.
 
@@ -19,7 +21,8 @@ many solutions each subsolver found (from CP-SAT's log). Session 55's replays us
 (docs/measurements.md).
 
 Usage: python benchmarks/tail_replay.py PROBLEM.yaml [--windows 0,2] [--seconds 15] [--seeds 0,1,2]
-                                         [--subsolvers all,scheduling] [--first] [--time-limit 60]
+                                         [--subsolvers all,scheduling] [--skews 0,2] [--first]
+                                         [--time-limit 60]
 """
 
 from __future__ import annotations
@@ -39,7 +42,8 @@ import solvers.lns
 from layersched.cli.options import positive_float, whole_number
 from layersched.describe.config import SpecError, load_problem
 from layersched.describe.stages import pipeline_from_spec
-from layersched.schedule.solve import NoScheduleError, solve_pipeline
+from layersched.schedule import solve
+from layersched.schedule.solve import TAIL_FIRST_TASKS, TAIL_SKEW, NoScheduleError, solve_pipeline, widening_tails
 from solvers import Problem, Schedule
 from solvers.cpsat import solve_tails
 from solvers.validate import violations
@@ -63,7 +67,7 @@ def capture(path: Path, time_limit: float) -> dict | None:
     """`best` on the problem file ``path`` with ``time_limit`` seconds, stopped where its tail step
     would begin: the step's ``problem``, its starting ``schedule``, the proven ``bound``, the
     ``objective`` and the step's window ``cuts`` (a function of a schedule and a window's index, as
-    `layersched.schedule.solve.widening_tails` gives it). None where `best` ended without a tail step
+    `layersched.schedule.solve.widening_tails` gives it) and its ``tasks``. None where `best` ended without a tail step
     (it proved its schedule optimal before, or the time was too short)."""
     kept: dict = {}
 
@@ -71,14 +75,19 @@ def capture(path: Path, time_limit: float) -> dict | None:
         kept.update(problem=problem, schedule=schedule, cuts=cut, bound=kw["bound"], objective=kw["objective"])
         raise _Captured
 
-    real = solvers.lns.improve_tails
+    def windows(tasks, *args):
+        kept["tasks"] = tasks  # the task graph, for windows of another skew
+        return real_windows(tasks, *args)
+
+    real, real_windows = solvers.lns.improve_tails, solve.widening_tails
     solvers.lns.improve_tails = instead  # `best` imports it from there when it searches
+    solve.widening_tails = windows
     try:
         solve_pipeline(pipeline_from_spec(load_problem(path)), solver="best", time_limit=time_limit)
     except _Captured:
         pass
     finally:
-        solvers.lns.improve_tails = real
+        solvers.lns.improve_tails, solve.widening_tails = real, real_windows
     return kept or None
 
 
@@ -135,6 +144,20 @@ def _seeds(text: str) -> list[int]:
     return [whole_number(x, least=0, most=2**31 - 1) for x in text.split(",")]
 
 
+def _skews(text: str) -> list[float]:
+    """``"0,2"`` -> ``[0.0, 2.0]``: `widening_tails`'s ``skew``, 0 or more."""
+    out = []
+    for x in text.split(","):
+        try:
+            value = float(x)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected numbers of forwards, 0 or more, got {x!r}") from None
+        if not 0 <= value < float("inf"):
+            raise argparse.ArgumentTypeError(f"expected numbers of forwards, 0 or more, got {x!r}")
+        out.append(value)
+    return out
+
+
 def _settings(text: str) -> list[str]:
     names = text.split(",")
     for name in names:
@@ -151,6 +174,13 @@ def main() -> None:
     ap.add_argument("--seeds", type=_seeds, default=[0, 1, 2], help="CP-SAT seeds, one replay each (default 0,1,2)")
     ap.add_argument(
         "--subsolvers", type=_settings, default=["all"], help="all (CP-SAT's portfolio) and/or scheduling (default all)"
+    )
+    ap.add_argument(
+        "--skews",
+        type=_skews,
+        default=[TAIL_SKEW],
+        help=f"the windows' skew (`widening_tails`; how many forwards deeper the rank of the last stage is cut), "
+        f"one replay each (default {TAIL_SKEW:g}, `best`'s)",
     )
     ap.add_argument("--first", action="store_true", help="solve window 0 first and replay the others from its schedule")
     ap.add_argument(
@@ -183,23 +213,26 @@ def main() -> None:
         start = first["schedule"]
         console.print(f"window 0 first: {gap(first['found'])}, proven: {first['proven']}, {first['seconds']:.1f} s")
     table = Table(title=f"{args.problem.name}: tail windows replayed, {args.seconds:g} s each; the bound {bound:,}")
-    for col in ("window", "free", "subsolvers", "seed", "start", "found", "window's bound", "proven", "s", "solutions"):
+    columns = ("window", "skew", "free", "subsolvers", "seed", "start", "found", "window's bound", "proven", "s")
+    for col in (*columns, "solutions"):
         table.add_column(col, justify="left" if col in ("subsolvers", "solutions") else "right", overflow="fold")
     began = gap(start.objective(problem, objective))  # every window replays from this schedule
     for k in args.windows:
-        cut = kept["cuts"](start, k)
-        if cut is None:
-            raise SystemExit(f"--windows: the row has no window {k} (a rank has too few forwards)")
-        for setting in args.subsolvers:
-            for seed in args.seeds:
-                r = replay(problem, start, cut, args.seconds, objective=objective, bound=bound, seed=seed,
-                           ignore=SUBSOLVERS[setting])  # fmt: skip
-                console.print(f"window {k}, {setting}, seed {seed}: {gap(r['found'])} in {r['seconds']:.1f} s")
-                table.add_row(
-                    str(k), f"{r['free']:,}", setting, str(seed), began,
-                    gap(r["found"]), gap(r["bound"]), "yes" if r["proven"] else "no", f"{r['seconds']:.1f}",
-                    ", ".join(f"{name} {n}" for name, n in r["solutions"].most_common()),
-                )  # fmt: skip
+        for skew in args.skews:
+            cut = widening_tails(kept["tasks"], TAIL_FIRST_TASKS, skew)(start, k)
+            if cut is None:
+                raise SystemExit(f"--windows: the row has no window {k} (a rank has too few forwards)")
+            for setting in args.subsolvers:
+                for seed in args.seeds:
+                    r = replay(problem, start, cut, args.seconds, objective=objective, bound=bound, seed=seed,
+                               ignore=SUBSOLVERS[setting])  # fmt: skip
+                    said = f"window {k}, skew {skew:g}, {setting}, seed {seed}"
+                    console.print(f"{said}: {gap(r['found'])} in {r['seconds']:.1f} s")
+                    table.add_row(
+                        str(k), f"{skew:g}", f"{r['free']:,}", setting, str(seed), began,
+                        gap(r["found"]), gap(r["bound"]), "yes" if r["proven"] else "no", f"{r['seconds']:.1f}",
+                        ", ".join(f"{name} {n}" for name, n in r["solutions"].most_common()),
+                    )  # fmt: skip
     console.print(table)
     console.print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
 
