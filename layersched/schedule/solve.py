@@ -472,7 +472,7 @@ def _search_mode(
             schedule, info = improve_tails(
                 problem,
                 schedule,
-                widening_tails(tasks, TAIL_FIRST_TASKS, TAIL_SKEW if pipe.num_ranks >= TAIL_SKEW_RANKS else 0.0),
+                widening_tails(tasks, TAIL_FIRST_TASKS, _tail_skew(pipe, stage_to_rank)),
                 objective=objective,
                 time_limit=tail_time,
                 bound=bound,
@@ -611,6 +611,14 @@ skew 0 (docs/measurements.md, session 56): of the interleaved rows with 7 to 16 
 pairs, worse in 2, equal in 3 (e.g. p=16, m=32, v=2 2.12, 2.38, 2.90% against 2.41, 2.58, 3.10%;
 p=10, m=20 2.13, 2.17% against 2.32, 2.55%). At p=5 and p=6 worse in 5 pairs of 6, hence
 `TAIL_SKEW_RANKS`."""
+
+
+def _tail_skew(pipe: Pipeline, stage_to_rank: list[int]) -> float:
+    """The tail step's `TAIL_SKEW` where it applies: from `TAIL_SKEW_RANKS` ranks on, and not where the
+    first and the last stage share a rank (a V)."""
+    skewed = pipe.num_ranks >= TAIL_SKEW_RANKS and stage_to_rank[0] != stage_to_rank[-1]
+    return TAIL_SKEW if skewed else 0.0
+
 
 TAIL_SKEW_RANKS = 7
 """`TAIL_SKEW` applies from this many ranks on: on the interleaved rows with 5 and 6 ranks, whose

@@ -337,6 +337,26 @@ def test_skewed_tail_windows_cut_the_ranks_nearer_the_last_stage_deeper():
     assert list(widening_tails(v, skew=3)(order, 0)) == list(tail_cut(v, order, np.array([4, 3, 2, 1])))
 
 
+@pytest.mark.parametrize(
+    ("ranks", "placement", "skewed"), [(8, "loop", True), (7, "loop", True), (6, "loop", False), (16, "v", False)]
+)
+def test_best_skews_its_tail_windows_from_seven_ranks_on_and_not_in_a_v(ranks, placement, skewed):
+    """`TAIL_SKEW` applies from `TAIL_SKEW_RANKS` ranks on (fewer did worse), and not in a V, where the
+    first and the last stage share a rank (it did a little worse there)."""
+    import yaml
+
+    from layersched.describe.config import ProblemSpec
+    from layersched.describe.stages import pipeline_from_spec
+    from layersched.schedule import solve
+    from tests.paths import PROBLEMS
+
+    doc = yaml.safe_load((PROBLEMS / "zb-interleaved-1.5b.yaml").read_text())
+    doc["pipeline"].update(stages=2 * ranks, stages_per_rank=2, placement=placement)
+    pipe = pipeline_from_spec(ProblemSpec.model_validate(doc))
+    assert solve.TAIL_SKEW_RANKS == 7 and solve.TAIL_SKEW > 0
+    assert solve._tail_skew(pipe, pipe.stage_to_rank()) == (solve.TAIL_SKEW if skewed else 0.0)
+
+
 def test_a_tail_window_not_proven_within_window_limit_gives_way_to_the_next_while_it_improves(monkeypatch):
     """With ``window_limit``, `improve_tails` gives each window at most that many seconds. A window that
     had them all without a proof gives way to the next, wider one where it improved, and ends the step

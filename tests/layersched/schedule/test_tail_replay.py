@@ -36,6 +36,23 @@ def test_the_captured_start_is_a_valid_schedule_above_its_bound(kept):
     assert solvers.lns.improve_tails.__name__ == "improve_tails"  # the step is put back
 
 
+def test_windows_of_another_skew_come_from_the_captured_task_graph(bench, kept):
+    """``--skews`` cuts each window with `widening_tails` on the task graph `best` used: skew 0 gives
+    the windows `best` ran on this 4-rank row (fewer than `TAIL_SKEW_RANKS`), and skew 3 cuts rank
+    ``q`` ``q`` forwards deeper (its last stage is ``q``'s distance from the pipeline's end)."""
+    from layersched.schedule import solve
+
+    problem, start, tasks = kept["problem"], kept["schedule"], kept["tasks"]
+    assert tasks.problem is problem and solve.widening_tails.__name__ == "widening_tails"  # put back
+    for k in (0, 2):
+        even = solve.widening_tails(tasks, solve.TAIL_FIRST_TASKS, 0)(start, k)
+        assert list(even) == list(kept["cuts"](start, k))
+    skewed = solve.widening_tails(tasks, solve.TAIL_FIRST_TASKS, 3)(start, 0)
+    first = solve.widening_tails(tasks, solve.TAIL_FIRST_TASKS, 0)
+    j = next(d for d in (1, 2, 3) if list(first(start, 0)) == list(solve.tail_cut(tasks, start, d)))
+    assert list(skewed) == list(solve.tail_cut(tasks, start, np.array([j, j + 1, j + 2, j + 3])))
+
+
 @pytest.mark.parametrize("setting", ["all", "scheduling"])
 def test_a_replayed_window_is_valid_no_worse_and_names_who_found_it(bench, kept, setting):
     problem, start = kept["problem"], kept["schedule"]
@@ -60,6 +77,10 @@ def test_bad_arguments_are_one_line(bench):
         bench._seeds("0,2147483648")  # CP-SAT's random_seed is 32-bit signed
     with pytest.raises(argparse.ArgumentTypeError, match="unknown setting 'fast'"):
         bench._settings("all,fast")
+    for bad in ("2,-1", "x", "inf", "nan"):
+        with pytest.raises(argparse.ArgumentTypeError, match="expected numbers of forwards, 0 or more"):
+            bench._skews(bad)
+    assert bench._skews("0,2.5") == [0.0, 2.5]
     assert bench._windows("0,2") == [0, 2] and bench._seeds("0,2147483647") == [0, 2**31 - 1]
     assert np.array_equal(bench._settings("scheduling"), ["scheduling"])
 
