@@ -601,16 +601,18 @@ def widening_tails(
 
 TAIL_SKEW = 2.0
 """How many forwards deeper the tail step's windows in `best` (`widening_tails`) cut the rank that holds
-the last stage than the rank farthest from it (the ranks between in proportion), on pipelines of at
-least `TAIL_SKEW_RANKS` ranks. The backward chains that reach rank 0's freed passes begin on the
-last rank well before its own cut, where an even window holds them: on the 1.5B interleaved row at
-p=16, m=32, v=2, the window from each rank's second-last forward (968 free passes) has its own bound
-at 2.42% over the row's, where the window skewed by 2 (also 968) has 1.89%, and from 1,016 passes
-0.82% against the even window's 2.42% (session 56). 60 s runs of `best`, 2-core VM, alternated with
-skew 0 (docs/measurements.md, session 56): of the interleaved rows with 7 to 16 ranks, better in 14
-pairs, worse in 2, equal in 3 (e.g. p=16, m=32, v=2 2.12, 2.38, 2.90% against 2.41, 2.58, 3.10%;
-p=10, m=20 2.13, 2.17% against 2.32, 2.55%). At p=5 and p=6 worse in 5 pairs of 6, hence
-`TAIL_SKEW_RANKS`."""
+the last stage than the rank farthest from it (the ranks between in proportion), where `_tail_skew`
+says it applies. The backward chains that reach rank 0's freed passes begin on the last rank before
+its own cut, where an even window keeps them in place: on the 1.5B interleaved row at p=16, m=32,
+v=2, the even window from each rank's second-last forward (968 free passes) has its own bound 2.42%
+over the row's, the window skewed by 2 from the last forward (also 968) 1.89%; in 15 s (3 seeds)
+the even window found 3.10-3.26% and the skewed one 2.68-3.01% (session 56). 60 s runs of `best`,
+2-core VM, alternated with skew 0 (docs/measurements.md, session 56): on the interleaved rows of 7
+to 16 ranks 19 pairs better, 5 equal, 2 worse (e.g. p=16, m=32, v=2 2.12, 2.38, 2.90% against 2.41,
+2.58, 3.10%; p=12, m=24, v=2 1.13, 1.35% against 2.20, 2.40%). At p=5 and p=6 worse in 5 pairs of 6,
+hence `TAIL_SKEW_RANKS`. Not in a V (the first and the last stage on one rank): on the V row at
+p=16, m=48 under 18 stage activations it did a little worse in both pairs (0.36 and 0.43% against
+0.29 and 0.39%), and the other V rows reach their bound before the tail step."""
 
 
 def _tail_skew(pipe: Pipeline, stage_to_rank: list[int]) -> float:
