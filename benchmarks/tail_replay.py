@@ -120,9 +120,6 @@ def replay(
         or found.objective(problem, objective) > schedule.objective(problem, objective)
     ):
         found = schedule
-    # "#7  7.10s best:3477236 next:[3468051,3477235] scheduling_resource_windows_lns (d=...": the subsolver
-    found_by = (re.match(r"#\d+\s+\S+\s+best:\S+\s+next:\S+\s+([^\s(]+)", line) for line in lines)
-    solutions = Counter(m.group(1).removesuffix("_lns") for m in found_by if m)
     return {
         "found": found.objective(problem, objective),
         "schedule": found,
@@ -130,8 +127,16 @@ def replay(
         "bound": stats["bound"],
         "proven": proven,
         "seconds": took,
-        "solutions": solutions,
+        "solutions": found_by(lines),
     }
+
+
+def found_by(lines: list[str]) -> Counter:
+    """How many solutions each CP-SAT subsolver found, from CP-SAT's search log ``lines``: a solution's
+    line is "#7  7.10s best:3477236 next:[3468051,3477235] scheduling_resource_windows_lns (d=...)"; the
+    name is kept without "_lns" and without what follows it in brackets."""
+    solution = (re.match(r"#\d+\s+\S+\s+best:\S+\s+next:\S+\s+([^\s(]+)", line) for line in lines)
+    return Counter(m.group(1).removesuffix("_lns") for m in solution if m)
 
 
 def _windows(text: str) -> list[int]:

@@ -63,9 +63,29 @@ def test_a_replayed_window_is_valid_no_worse_and_names_who_found_it(bench, kept,
     assert kept["bound"] <= r["bound"] <= r["found"] <= start.objective(problem, "span")
     assert r["found"] == r["schedule"].objective(problem, "span")
     assert r["free"] == int((start.start >= cut[start.processor]).sum())
-    assert isinstance(r["solutions"], Counter) and sum(r["solutions"].values()) >= 1  # the hint counts as one
+    assert isinstance(r["solutions"], Counter)
+    if r["found"] < start.objective(problem, "span"):  # what improved was found by some subsolver
+        assert sum(r["solutions"].values()) >= 1
     if setting == "scheduling":
         assert not {f"{name}".removesuffix("_lns") for name in bench.GENERIC_SUBSOLVERS} & set(r["solutions"])
+
+
+def test_the_log_names_who_found_each_solution(bench):
+    """A replay's ``solutions`` come from CP-SAT's log (lines as ortools 9.15 writes them, from a
+    2 s replay on the p=4 row): solution lines only, the name without "_lns" and its bracket. (A
+    replay on a loaded machine may end before its first solution, so the live test above asserts this
+    only where it improved: session 56's fresh clone saw such a run.)"""
+    lines = [
+        "#Bound   0.63s best:inf   next:[1183509,2860652] initial_domain",
+        "#Model   0.64s var:3069/3069 constraints:9363/9363",
+        "#1       0.65s best:1211216 next:[1183509,1211215] fj_restart(batch:1 lin{mvs:1 evals:5} #w_updates:0)",
+        "#2       1.16s best:1207762 next:[1183509,1207761] scheduling_time_window_lns (d=5.00e-01 s=10 t=0.10)",
+        "#3       1.55s best:1206355 next:[1183509,1206354] default_lp",
+        "#4       1.57s best:1205486 next:[1183509,1205485] default_lp",
+        "#Done    1.90s default_lp",
+    ]
+    assert bench.found_by(lines) == Counter({"default_lp": 2, "fj_restart": 1, "scheduling_time_window": 1})
+    assert bench.found_by([]) == Counter()
 
 
 def test_bad_arguments_are_one_line(bench):
