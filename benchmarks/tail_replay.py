@@ -39,7 +39,7 @@ from rich.console import Console
 from rich.table import Table
 
 import solvers.lns
-from layersched.cli.options import positive_float, whole_number
+from layersched.cli.options import non_negative_float, positive_float, whole_number
 from layersched.describe.config import SpecError, load_problem
 from layersched.describe.stages import pipeline_from_spec
 from layersched.schedule import solve
@@ -150,17 +150,8 @@ def _seeds(text: str) -> list[int]:
 
 
 def _skews(text: str) -> list[float]:
-    """``"0,2"`` -> ``[0.0, 2.0]``: `widening_tails`'s ``skew``, 0 or more."""
-    out = []
-    for x in text.split(","):
-        try:
-            value = float(x)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected numbers of forwards, 0 or more, got {x!r}") from None
-        if not 0 <= value < float("inf"):
-            raise argparse.ArgumentTypeError(f"expected numbers of forwards, 0 or more, got {x!r}")
-        out.append(value)
-    return out
+    """``"0,2"`` -> ``[0.0, 2.0]``: `widening_tails`'s ``skew``, finite, 0 or more."""
+    return [non_negative_float(x) for x in text.split(",")]
 
 
 def _settings(text: str) -> list[str]:
