@@ -12,8 +12,9 @@ re-solves the chosen windows from it (`solvers.cpsat.solve_tails`), once per see
   ``scheduling`` leaves out those that know nothing of intervals (`GENERIC_SUBSOLVERS`);
 - ``--skews 0,2`` replays each window as `widening_tails` cuts it with each skew (how many forwards
   deeper the rank holding the last stage is cut; `best`'s is `TAIL_SKEW`);
-- ``--first`` solves window 0 first (all subsolvers, seed 0, up to ``--seconds``; `best` would also
-  give it a second of CP-SAT's fixed search first) and replays the others from its schedule.
+- ``--first`` solves window 0 first (as `best` cuts it, whatever ``--skews`` says; all subsolvers,
+  seed 0, up to ``--seconds``; `best` would also give it a second of CP-SAT's fixed search first)
+  and replays the others from its schedule.
 
 It prints one row per window, seed and setting: the span it started from and the span found (with
 their gaps to the row's bound), the window's own bound, whether it was proven, the seconds, and how
