@@ -616,16 +616,32 @@ p=16, m=48 under 18 stage activations it did a little worse in both pairs (0.36 
 
 
 def _tail_skew(pipe: Pipeline, stage_to_rank: list[int]) -> float:
-    """The tail step's `TAIL_SKEW` where it applies: from `TAIL_SKEW_RANKS` ranks on, and not where the
-    first and the last stage share a rank (a V)."""
-    skewed = pipe.num_ranks >= TAIL_SKEW_RANKS and stage_to_rank[0] != stage_to_rank[-1]
-    return TAIL_SKEW if skewed else 0.0
+    """The tail step's skew where it applies: `TAIL_SKEW` from `TAIL_SKEW_RANKS` ranks on,
+    `TAIL_SKEW_WIDE` from `TAIL_SKEW_WIDE_RANKS` on, none where the first and the last stage share a
+    rank (a V)."""
+    if pipe.num_ranks < TAIL_SKEW_RANKS or stage_to_rank[0] == stage_to_rank[-1]:
+        return 0.0
+    return TAIL_SKEW_WIDE if pipe.num_ranks >= TAIL_SKEW_WIDE_RANKS else TAIL_SKEW
 
 
 TAIL_SKEW_RANKS = 7
 """`TAIL_SKEW` applies from this many ranks on: on the interleaved rows with 5 and 6 ranks, whose
 even windows are narrow (175-245 free passes) and proven in seconds, the skewed ones did worse in
 5 pairs of 6 (p=6, m=12 1.67, 1.69, 2.11% against 1.03, 1.35, 1.67%; session 56)."""
+
+
+TAIL_SKEW_WIDE = 4.0
+"""The tail step's skew (see `TAIL_SKEW`) from `TAIL_SKEW_WIDE_RANKS` ranks on, where the longer pipeline
+paid for a deeper skew. 60 s runs of `best`, 2-core VM, alternated with a skew
+of 2 (docs/measurements.md, session 57): on the interleaved rows of 10 to 16 ranks 13 pairs better,
+1 equal, 4 worse (8 of 10 on the rows tried first, 5 of 8 on four rows run then for the first
+time); e.g. p=16, m=32, v=2 2.15, 2.12% against 2.48, 2.52%; p=14, m=28 2.86, 2.44% against 3.15,
+3.17%; worse on p=16, m=48 (2.55, 2.55% against 2.26, 2.21%). At 7 and 8 ranks it was worse in 3
+pairs of 7 and better in 1."""
+
+
+TAIL_SKEW_WIDE_RANKS = 10
+"""`TAIL_SKEW_WIDE` applies from this many ranks on (see there)."""
 
 
 TAIL_FIRST_TASKS = 250

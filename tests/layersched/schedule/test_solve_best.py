@@ -338,11 +338,14 @@ def test_skewed_tail_windows_cut_the_ranks_nearer_the_last_stage_deeper():
 
 
 @pytest.mark.parametrize(
-    ("ranks", "placement", "skewed"), [(8, "loop", True), (7, "loop", True), (6, "loop", False), (16, "v", False)]
-)
-def test_best_skews_its_tail_windows_from_seven_ranks_on_and_not_in_a_v(ranks, placement, skewed):
-    """`TAIL_SKEW` applies from `TAIL_SKEW_RANKS` ranks on (fewer did worse), and not in a V, where the
-    first and the last stage share a rank (it did a little worse there)."""
+    ("ranks", "placement", "skew"),
+    [(16, "loop", "wide"), (10, "loop", "wide"), (9, "loop", "narrow"), (7, "loop", "narrow"), (6, "loop", None),
+     (16, "v", None)],
+)  # fmt: skip
+def test_best_skews_its_tail_windows_from_seven_ranks_on_deeper_from_ten_and_not_in_a_v(ranks, placement, skew):
+    """`TAIL_SKEW` applies from `TAIL_SKEW_RANKS` ranks on (fewer did worse), `TAIL_SKEW_WIDE` from
+    `TAIL_SKEW_WIDE_RANKS` on (better there, worse below), and neither in a V, where the first and
+    the last stage share a rank (it did a little worse there)."""
     import yaml
 
     from layersched.describe.config import ProblemSpec
@@ -353,8 +356,10 @@ def test_best_skews_its_tail_windows_from_seven_ranks_on_and_not_in_a_v(ranks, p
     doc = yaml.safe_load((PROBLEMS / "zb-interleaved-1.5b.yaml").read_text())
     doc["pipeline"].update(stages=2 * ranks, stages_per_rank=2, placement=placement)
     pipe = pipeline_from_spec(ProblemSpec.model_validate(doc))
-    assert solve.TAIL_SKEW_RANKS == 7 and solve.TAIL_SKEW > 0
-    assert solve._tail_skew(pipe, pipe.stage_to_rank()) == (solve.TAIL_SKEW if skewed else 0.0)
+    assert solve.TAIL_SKEW_RANKS == 7 and solve.TAIL_SKEW_WIDE_RANKS == 10
+    assert 0 < solve.TAIL_SKEW < solve.TAIL_SKEW_WIDE
+    want = {"wide": solve.TAIL_SKEW_WIDE, "narrow": solve.TAIL_SKEW, None: 0.0}[skew]
+    assert solve._tail_skew(pipe, pipe.stage_to_rank()) == want
 
 
 def test_a_tail_window_not_proven_within_window_limit_gives_way_to_the_next_while_it_improves(monkeypatch):
