@@ -11,7 +11,8 @@ re-solves the chosen windows from it (`solvers.cpsat.solve_tails`), once per see
   subsolver (``default_lp``) and, on the other thread, interleaved neighbourhoods;
   ``scheduling`` leaves out those that know nothing of intervals (`GENERIC_SUBSOLVERS`);
 - ``--skews 0,2`` replays each window as `widening_tails` cuts it with each skew (how many forwards
-  deeper the rank holding the last stage is cut; `best`'s is `TAIL_SKEW`);
+  deeper the rank holding the last stage is cut; by default `best`'s for the row: `TAIL_SKEW`,
+  `TAIL_SKEW_WIDE` from 10 ranks on, none below 7 or in a V);
 - ``--first`` solves window 0 first (as `best` cuts it, whatever ``--skews`` says; all subsolvers,
   seed 0, up to ``--seconds``; `best` would also give it a second of CP-SAT's fixed search first)
   and replays the others from its schedule.
@@ -44,7 +45,7 @@ from layersched.cli.options import non_negative_float, positive_float, whole_num
 from layersched.describe.config import SpecError, load_problem
 from layersched.describe.stages import pipeline_from_spec
 from layersched.schedule import solve
-from layersched.schedule.solve import TAIL_FIRST_TASKS, TAIL_SKEW, NoScheduleError, solve_pipeline, widening_tails
+from layersched.schedule.solve import TAIL_FIRST_TASKS, NoScheduleError, solve_pipeline, widening_tails
 from solvers import Problem, Schedule
 from solvers.cpsat import solve_tails
 from solvers.validate import violations
@@ -67,18 +68,19 @@ class _Captured(Exception):
 def capture(path: Path, time_limit: float) -> dict | None:
     """`best` on the problem file ``path`` with ``time_limit`` seconds, stopped where its tail step
     would begin: the step's ``problem``, its starting ``schedule``, the proven ``bound``, the
-    ``objective`` and the step's window ``cuts`` (a function of a schedule and a window's index, as
-    `layersched.schedule.solve.widening_tails` gives it) and its ``tasks``. None where `best` ended without a tail step
-    (it proved its schedule optimal before, or the time was too short)."""
+    ``objective``, the step's window ``cuts`` (a function of a schedule and a window's index, as
+    `layersched.schedule.solve.widening_tails` gives it), its ``tasks`` and the windows' ``skew``.
+    None where `best` ended without a tail step (it proved its schedule optimal before, or the time was
+    too short)."""
     kept: dict = {}
 
     def instead(problem, schedule, cut, **kw):
         kept.update(problem=problem, schedule=schedule, cuts=cut, bound=kw["bound"], objective=kw["objective"])
         raise _Captured
 
-    def windows(tasks, *args):
-        kept["tasks"] = tasks  # the task graph, for windows of another skew
-        return real_windows(tasks, *args)
+    def windows(tasks, first_tasks=0, skew=0.0):
+        kept.update(tasks=tasks, skew=skew)  # the task graph, for windows of another skew, and `best`'s skew
+        return real_windows(tasks, first_tasks, skew)
 
     real, real_windows = solvers.lns.improve_tails, solve.widening_tails
     solvers.lns.improve_tails = instead  # `best` imports it from there when it searches
@@ -175,9 +177,9 @@ def main() -> None:
     ap.add_argument(
         "--skews",
         type=_skews,
-        default=[TAIL_SKEW],
-        help=f"the windows' skew (`widening_tails`; how many forwards deeper the rank of the last stage is cut), "
-        f"one replay each (default {TAIL_SKEW:g}, `best`'s)",
+        default=None,
+        help="the windows' skew (`widening_tails`; how many forwards deeper the rank of the last stage is cut), "
+        "one replay each (default: the one `best` uses on this row)",
     )
     ap.add_argument("--first", action="store_true", help="solve window 0 first and replay the others from its schedule")
     ap.add_argument(
@@ -215,7 +217,7 @@ def main() -> None:
         table.add_column(col, justify="left" if col in ("subsolvers", "solutions") else "right", overflow="fold")
     began = gap(start.objective(problem, objective))  # every window replays from this schedule
     for k in args.windows:
-        for skew in args.skews:
+        for skew in args.skews or [kept["skew"]]:
             cut = widening_tails(kept["tasks"], TAIL_FIRST_TASKS, skew)(start, k)
             if cut is None:
                 raise SystemExit(f"--windows: the row has no window {k} (a rank has too few forwards)")

@@ -44,6 +44,7 @@ def test_windows_of_another_skew_come_from_the_captured_task_graph(bench, kept):
 
     problem, start, tasks = kept["problem"], kept["schedule"], kept["tasks"]
     assert tasks.problem is problem and solve.widening_tails.__name__ == "widening_tails"  # put back
+    assert kept["skew"] == 0.0  # `best`'s own on 4 ranks, the default of ``--skews``
     for k in (0, 2):
         even = solve.widening_tails(tasks, solve.TAIL_FIRST_TASKS, 0)(start, k)
         assert list(even) == list(kept["cuts"](start, k))
