@@ -631,13 +631,14 @@ even windows are narrow (175-245 free passes) and proven in seconds, the skewed 
 
 
 TAIL_SKEW_WIDE = 4.0
-"""The tail step's skew (see `TAIL_SKEW`) from `TAIL_SKEW_WIDE_RANKS` ranks on, where the longer pipeline
-paid for a deeper skew. 60 s runs of `best`, 2-core VM, alternated with a skew
-of 2 (docs/measurements.md, session 57): on the interleaved rows of 10 to 16 ranks 13 pairs better,
-1 equal, 4 worse (8 of 10 on the rows tried first, 5 of 8 on four rows run then for the first
-time); e.g. p=16, m=32, v=2 2.15, 2.12% against 2.48, 2.52%; p=14, m=28 2.86, 2.44% against 3.15,
-3.17%; worse on p=16, m=48 (2.55, 2.55% against 2.26, 2.21%). At 7 and 8 ranks it was worse in 3
-pairs of 7 and better in 1."""
+"""The tail step's skew (see `TAIL_SKEW`) from `TAIL_SKEW_WIDE_RANKS` ranks on, where the longer
+pipelines paid for a deeper one. 60 s runs of `best`, 2-core VM, alternated with a skew of 2
+(docs/measurements.md, session 57): on the interleaved rows of 10 to 16 ranks 13 pairs better, 1
+equal, 4 worse (8 of 10 on the rows tried first, 5 of 8 on four rows tried after them, three of them
+new); e.g. p=16, m=32, v=2 2.15, 2.12% against 2.48, 2.52%; p=14, m=28 2.86, 2.44% against 3.15,
+3.17%; p=12, m=24 2.43% twice against 2.77% twice. Worse on p=16, m=48 (2.55, 2.55% against 2.26,
+2.21%) and mixed on p=16, m=32 (3.60, 2.82% against 3.10, 3.38%). At 7 and 8 ranks it was worse in
+3 pairs of 7 and better in 1, hence 2 there."""
 
 
 TAIL_SKEW_WIDE_RANKS = 10
