@@ -12,7 +12,7 @@ re-solves the chosen windows from it (`solvers.cpsat.solve_tails`), once per see
   ``scheduling`` leaves out those that know nothing of intervals (`GENERIC_SUBSOLVERS`);
 - ``--skews 0,2`` replays each window as `widening_tails` cuts it with each skew (how many forwards
   deeper the rank holding the last stage is cut; by default `best`'s for the row: `TAIL_SKEW`,
-  `TAIL_SKEW_WIDE` from 10 ranks on, none below 7 or in a V);
+  `TAIL_SKEW_WIDE` from 9 ranks on, none below 7 or in a V);
 - ``--first`` solves window 0 first (as `best` cuts it, whatever ``--skews`` says; all subsolvers,
   seed 0, up to ``--seconds``; `best` would also give it a second of CP-SAT's fixed search first)
   and replays the others from its schedule.
