@@ -576,8 +576,8 @@ def widening_tails(
     extra = np.zeros(tasks.problem.num_processors, dtype=np.int64)
     if skew and "stage_to_rank" in graph.graph:
         ranks = graph.graph["stage_to_rank"]
-        last = len(ranks) - 1
-        behind = {q: last - max(s for s, r in enumerate(ranks) if r == q) for q in set(ranks)}  # stages after q's
+        last_stage = {r: s for s, r in enumerate(ranks)}  # each rank's last stage (later stages overwrite)
+        behind = {q: len(ranks) - 1 - s for q, s in last_stage.items()}  # stages after q's
         most = max(behind.values())
         for q, d in behind.items():
             extra[q] = round(skew * (1 - d / most)) if most else 0
