@@ -383,6 +383,7 @@ def solve_tails(
     stats: dict | None = None,
     expand_memory: bool | None = None,
     fixed_search: bool = False,
+    hint: bool = True,
     parameters: dict | None = None,
     log: Callable[[str], None] | None = None,
 ) -> tuple[Schedule | None, bool]:
@@ -398,6 +399,11 @@ def solve_tails(
     starts in their order, least value first; no LP, no neighbourhoods (the portfolio's `fixed`
     subsolver). On some windows it reaches the window's own bound at once where the default portfolio
     walks slowly (see `solvers.lns.improve_tails`'s ``fixed_first``).
+
+    ``hint=False`` keeps ``schedule``'s free tasks out of CP-SAT's hint: its search then starts on its
+    own and may find nothing, or a longer schedule than ``schedule``, which the caller must weigh. In
+    wide windows that search found shorter schedules than the hinted one, whose neighbourhoods stay
+    around the hint (`solvers.lns.improve_tails`' ``unhinted``).
 
     For experiments (`benchmarks/tail_replay.py`): ``parameters`` sets more of CP-SAT's parameters
     by name (a list is appended to a repeated one, e.g. ``{"ignore_subsolvers": ["ls"]}``), and
@@ -457,8 +463,9 @@ def solve_tails(
     if bound:
         model.add(worst >= int(bound))
     model.minimize(worst)
-    for t in W:
-        model.add_hint(s[t], int(start[t]))
+    if hint:
+        for t in W:
+            model.add_hint(s[t], int(start[t]))
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(0.01, float(time_limit))
     solver.parameters.num_workers = 1 if fixed_search else workers

@@ -369,6 +369,7 @@ def improve_tails(
     jump: bool = False,
     jump_proven: float | None = None,
     fixed_first: float = 0.0,
+    unhinted: int | None = None,
 ) -> tuple[Schedule, dict]:
     """From a valid ``schedule``: every processor's tasks from ``cut`` (per processor) on re-solved at
     once (`solvers.cpsat.reoptimize_tails`), its orders timed at their earliest starts where that is
@@ -394,7 +395,11 @@ def improve_tails(
     window is first given to CP-SAT's fixed search alone (`solvers.cpsat.solve_tails`'s
     ``fixed_search``) for at most that long and half its seconds: a schedule that meets the window's
     own bound there is proven, and any better one is the hint of the usual search, which has the
-    rest (`layersched.schedule.solve.TAIL_FIXED_FIRST`)."""
+    rest (`layersched.schedule.solve.TAIL_FIXED_FIRST`). With ``unhinted``, a window that frees at least
+    that many tasks gives the first half of the usual search's seconds to a search without the hint
+    (`solvers.cpsat.solve_tails`' ``hint``), which starts on its own; unless that proves the window,
+    the hinted search has the rest, from the shorter of its schedule and the hint
+    (`layersched.schedule.solve.TAIL_UNHINTED_TASKS`)."""
     cuts = cut if callable(cut) else (lambda _, k: cut if k == 0 else None)
     t0 = time.perf_counter()
     current, info = schedule, {"steps": 0, "improvements": 0}
@@ -421,10 +426,23 @@ def improve_tails(
                     hint = min(
                         (s for s in (now, found) if s is not None), key=lambda s: s.objective(problem, objective)
                     )
-                    again, proven = solve_tails(
-                        problem, hint, this, max(0.01, left), objective=objective, bound=bound, workers=workers
-                    )
-                    tried = [s for s in (again, found) if s is not None]
+                    tried = [found] if found is not None else []
+                    if unhinted is not None and int((now.start >= this[now.processor]).sum()) >= unhinted:
+                        # half of it without the hint first; the rest from the shorter of the two
+                        again, proven = solve_tails(
+                            problem, hint, this, max(0.01, left / 2), objective=objective, bound=bound,
+                            workers=workers, hint=False,
+                        )  # fmt: skip
+                        if again is not None:
+                            tried.append(again)
+                            hint = min((hint, again), key=lambda s: s.objective(problem, objective))
+                        left = seconds - (time.perf_counter() - began)
+                    if not proven:
+                        again, proven = solve_tails(
+                            problem, hint, this, max(0.01, left), objective=objective, bound=bound, workers=workers
+                        )
+                        tried.append(again)
+                    tried = [s for s in tried if s is not None]
                     found = min(tried, key=lambda s: s.objective(problem, objective)) if tried else None
             except KeyboardInterrupt:
                 return None, True

@@ -482,6 +482,7 @@ def _search_mode(
                 jump=TAIL_JUMP,
                 jump_proven=TAIL_JUMP_PROVEN,
                 fixed_first=TAIL_FIXED_FIRST,
+                unhinted=TAIL_UNHINTED_TASKS,
             )
             interrupted = bool(info.get("interrupted"))
             tried[f"tail ({mode})"] = schedule.objective(problem, objective)
@@ -776,6 +777,29 @@ day), and 1.22 / 1.22 / 1.45% in `benchmarks/results/multichunk-s51-2core-vm.txt
 0.64 and 0.75% against 0.42 and 1.10%; p=4, m=16, v=2 at the bound in every run, in 24-26 s (3 runs)
 against 21-22 s (5 runs). A small gain at p=8; at p=6, m=12 a median 0.13% higher, well inside that
 row's spread (a lottery of which optimum the first wide window finds)."""
+
+
+TAIL_UNHINTED_TASKS = 350
+"""A tail window that frees at least this many passes gives the first half of its usual search to CP-SAT
+without the current schedule as its hint, and the rest to the hinted search from the shorter of the two
+(`solvers.lns.improve_tails`' ``unhinted``; the fixed search before keeps the hint). CP-SAT's
+neighbourhoods stay near a hint, and in a wide window they seldom leave it in a few seconds; its own
+search from nothing lands elsewhere. Replayed for 15 s from a `best` run's tail step (session 58, one
+seed unless said), the unhinted search against the hinted one: p=8, m=32 window 0 (388 passes) 0.95%
+against 1.40%, windows 1 and 2 1.04 and 1.00% against 1.70 and 1.20%; p=16, m=32, v=2 windows 0 and 1
+(1,016 and 1,064) 2.29 and 2.16% against 3.10 and 2.95%; the bundled p=8 row's windows 1 and 2, two
+seeds each, 1.31-1.45% against 1.64% in all four. In narrow windows it is worse: p=4, m=16, v=2
+(86 and 98 passes) proven in 11 s or not in 15 s where the hinted search proves them in about a
+second; p=6, m=12's first window (243) not solved in 15 s, where the hinted one proves it in 11-12 s.
+
+The whole search unhinted in windows from 350 passes, 60 s runs of `best` alternated with the code
+before (2 rounds, 10 rows): 6 pairs better, 8 equal, 6 worse, p=16, m=48 1.91, 1.89% against 2.67,
+2.49% but p=16, m=32, v=2 2.35, 2.29% against 1.83, 2.12% and p=10, m=20 2.32-2.50% against
+2.10-2.13%: not kept. Half and half, as kept (2 rounds on the six rows that differed; one prototype
+round, one of this code): 7 better, 1 equal, 4 worse; p=16, m=48 1.91, 2.04% against 2.67, 2.67%;
+p=10, m=20 2.26, 2.07% against 2.32, 2.10%; the bundled p=8 row 1.38, 1.39% against 1.45, 1.45%;
+p=16, m=32, v=2 2.21, 2.17% against 2.20, 2.16%; p=8, m=32 1.10, 1.10% against 1.00, 1.10%; p=6, m=12
+1.17, 1.98% against 1.67, 1.67% (docs/measurements.md, session 58)."""
 
 
 TAIL_SHARE = 0.9

@@ -549,6 +549,77 @@ def test_with_fixed_first_a_tail_window_tries_the_fixed_search_first_and_stops_w
     assert (second, two, from_fixed) == (False, 2, 621_199) and 0 < rest <= 1.5
 
 
+def test_solve_tails_without_its_hint_gives_cpsat_no_hint_and_still_solves_the_window_validly(monkeypatch):
+    """`solve_tails(hint=False)`: the model CP-SAT solves carries no hint (with it, one value per free
+    pass), and on the small row's first window the search still finds a valid schedule that keeps every
+    pass before the cuts in place, never below the bound; proven, it is the window's optimum (621,199,
+    as the hinted search proves)."""
+    from ortools.sat.python import cp_model
+
+    from layersched.schedule.solve import tail_cut
+    from solvers.cpsat import solve_tails
+
+    tasks, torch_order, bound = _small_interleaved_row()
+    problem = tasks.problem
+    cut = tail_cut(tasks, torch_order)
+    free = int((torch_order.start >= cut[torch_order.processor]).sum())
+    hints, real = [], cp_model.CpSolver.solve
+
+    def solve(self, model, *args, **kw):
+        hints.append(len(model.proto.solution_hint.vars))
+        return real(self, model, *args, **kw)
+
+    monkeypatch.setattr(cp_model.CpSolver, "solve", solve)
+    hinted, _ = solve_tails(problem, torch_order, cut, 20, objective="span", bound=bound, workers=1)
+    got, proven = solve_tails(problem, torch_order, cut, 20, objective="span", bound=bound, workers=1, hint=False)
+    assert hints == [free, 0] and free > 0
+    assert got is not None
+    validate(problem, got)
+    kept = torch_order.start < cut[torch_order.processor]
+    assert (got.start[kept] == torch_order.start[kept]).all() and (got.processor == torch_order.processor).all()
+    assert bound <= got.span(problem) and hinted.span(problem) == 621_199
+    assert not proven or got.span(problem) == 621_199
+
+
+def test_with_unhinted_a_wide_tail_window_searches_half_its_seconds_without_the_hint_then_with_it(monkeypatch):
+    """With ``unhinted``, a tail window that frees at least that many passes gives the first half of its
+    usual search to `solve_tails` without the hint (``hint=False``), and the rest to the hinted search,
+    from the shorter of that search's schedule and the hint; a narrower window, or any window without
+    ``unhinted``, has the hinted search alone. Here every search is solved as usual (for at most a
+    second), the unhinted ones reported unproven and the hinted ones proven, so the step widens one
+    forward at a time through all twelve windows."""
+    import solvers.lns
+    from layersched.schedule.solve import widening_tails
+    from solvers.lns import improve_tails
+
+    tasks, torch_order, bound = _small_interleaved_row()
+    problem = tasks.problem
+    real, calls = solvers.lns.solve_tails, []
+
+    def searched(problem, schedule, cut, seconds, *, hint=True, **kw):
+        calls.append((int((schedule.start >= cut[schedule.processor]).sum()), hint, seconds, schedule.span(problem)))
+        return real(problem, schedule, cut, min(seconds, 1.0), hint=hint, **kw)[0], hint
+
+    monkeypatch.setattr(solvers.lns, "solve_tails", searched)
+    for unhinted in (None, 60):
+        calls.clear()
+        got, info = improve_tails(
+            problem, torch_order, widening_tails(tasks), objective="span", time_limit=240, bound=bound, workers=1,
+            window_limit=20, unhinted=unhinted,
+        )  # fmt: skip
+        validate(problem, got)
+        assert got.span(problem) <= torch_order.span(problem) and info["windows"] == 12
+        wide = [free for free, hint, *_ in calls if not hint]
+        frees = [free for free, hint, *_ in calls if hint]  # one hinted search per window, each wider
+        assert len(frees) == 12 and frees == sorted(set(frees))
+        assert wide == [free for free in frees if unhinted is not None and free >= unhinted]
+        for (free, hint, half, span), after in zip(calls, calls[1:], strict=False):
+            if not hint:  # the hinted rest of the same window follows, from a schedule no longer than its start
+                assert after[:2] == (free, True) and after[3] <= span
+                assert 9.5 < half <= 10 <= after[2] < 20  # half the window's 20 s, then what is left of them
+        assert unhinted is None or 0 < len(wide) < 12  # both kinds of window were met
+
+
 def test_the_first_tail_window_is_the_widest_of_three_within_first_tasks():
     """`widening_tails(tasks, first_tasks)`: the first window frees each rank's passes from its last,
     second-last or third-last forward, the widest that frees at most ``first_tasks`` passes (the last
@@ -599,6 +670,7 @@ def test_best_starts_its_tail_step_at_the_wider_window_on_a_small_row(monkeypatc
         assert kw["window_limit"] == min(solve.TAIL_WINDOW_LIMIT, solve.TAIL_WINDOW_SHARE * kw["time_limit"])
         assert kw["window_limit"] < kw["time_limit"]
         assert kw["jump"] is solve.TAIL_JUMP and kw["jump_proven"] is solve.TAIL_JUMP_PROVEN
+        assert kw["unhinted"] == solve.TAIL_UNHINTED_TASKS
         return schedule, {}
 
     monkeypatch.setattr(solvers.lns, "improve_tails", tails)
