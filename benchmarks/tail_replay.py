@@ -13,6 +13,9 @@ re-solves the chosen windows from it (`solvers.cpsat.solve_tails`), once per see
 - ``--skews 0,2`` replays each window as `widening_tails` cuts it with each skew (how many forwards
   deeper the rank holding the last stage is cut; by default `best`'s for the row: `TAIL_SKEW`,
   `TAIL_SKEW_WIDE` from 9 ranks on, none below 7 or in a V);
+- ``--hints on,off`` replays each window with `best`'s hint (the schedule it starts from) and/or
+  without it (`solvers.cpsat.solve_tails`' ``hint=False``, as `best` searches the first half of a
+  wide window; `layersched.schedule.solve.TAIL_UNHINTED_TASKS`);
 - ``--first`` solves window 0 first (as `best` cuts it, whatever ``--skews`` says; all subsolvers,
   seed 0, up to ``--seconds``; `best` would also give it a second of CP-SAT's fixed search first)
   and replays the others from its schedule.
@@ -23,7 +26,8 @@ many solutions each subsolver found (from CP-SAT's log). Session 55's replays us
 (docs/measurements.md).
 
 Usage: python benchmarks/tail_replay.py PROBLEM.yaml [--windows 0,2] [--seconds 15] [--seeds 0,1,2]
-                                         [--subsolvers all,scheduling] [--skews 0,2] [--first]
+                                         [--subsolvers all,scheduling] [--skews 0,2] [--hints on,off]
+                                         [--first]
                                          [--time-limit 60]
 """
 
@@ -104,17 +108,19 @@ def replay(
     bound: int,
     seed: int,
     ignore: list[str],
+    hint: bool = True,
 ) -> dict:
     """One window (per-rank ``cut``) re-solved from ``schedule`` for ``seconds`` with CP-SAT's
-    ``seed`` and the subsolvers ``ignore`` left out: ``found`` (the span found, or the start's where
-    CP-SAT found nothing better), ``schedule``, ``free``, ``bound`` (the window's own), ``proven``,
-    ``seconds``, and ``solutions`` (a Counter of the subsolvers that found each one, from the log)."""
+    ``seed`` and the subsolvers ``ignore`` left out (and ``schedule`` not given as the hint, with
+    ``hint=False``): ``found`` (the span found, or the start's where CP-SAT found nothing better),
+    ``schedule``, ``free``, ``bound`` (the window's own), ``proven``, ``seconds``, and ``solutions``
+    (a Counter of the subsolvers that found each one, from the log)."""
     lines: list[str] = []
     stats: dict = {}
     t0 = time.perf_counter()
     found, proven = solve_tails(
         problem, schedule, cut, seconds, objective=objective, bound=bound, stats=stats,
-        parameters={"random_seed": seed, "ignore_subsolvers": ignore}, log=lines.append,
+        parameters={"random_seed": seed, "ignore_subsolvers": ignore}, log=lines.append, hint=hint,
     )  # fmt: skip
     took = time.perf_counter() - t0
     if (
@@ -157,6 +163,15 @@ def _skews(text: str) -> list[float]:
     return [non_negative_float(x) for x in text.split(",")]
 
 
+def _hints(text: str) -> list[bool]:
+    """``"on,off"`` -> ``[True, False]``: with `best`'s hint, without it."""
+    words = text.split(",")
+    for word in words:
+        if word not in ("on", "off"):
+            raise argparse.ArgumentTypeError(f"unknown hint setting {word!r}; valid: on, off")
+    return [word == "on" for word in words]
+
+
 def _settings(text: str) -> list[str]:
     names = text.split(",")
     for name in names:
@@ -180,6 +195,12 @@ def main() -> None:
         default=None,
         help="the windows' skew (`widening_tails`; how many forwards deeper the rank of the last stage is cut), "
         "one replay each (default: the one `best` uses on this row)",
+    )
+    ap.add_argument(
+        "--hints",
+        type=_hints,
+        default=[True],
+        help="on (the hint: the schedule the window starts from) and/or off (default on)",
     )
     ap.add_argument("--first", action="store_true", help="solve window 0 first and replay the others from its schedule")
     ap.add_argument(
@@ -212,7 +233,8 @@ def main() -> None:
         start = first["schedule"]
         console.print(f"window 0 first: {gap(first['found'])}, proven: {first['proven']}, {first['seconds']:.1f} s")
     table = Table(title=f"{args.problem.name}: tail windows replayed, {args.seconds:g} s each; the bound {bound:,}")
-    columns = ("window", "skew", "free", "subsolvers", "seed", "start", "found", "window's bound", "proven", "s")
+    columns = ("window", "skew", "free", "subsolvers", "hint", "seed", "start", "found", "window's bound", "proven")
+    columns += ("s",)
     for col in (*columns, "solutions"):
         table.add_column(col, justify="left" if col in ("subsolvers", "solutions") else "right", overflow="fold")
     began = gap(start.objective(problem, objective))  # every window replays from this schedule
@@ -222,16 +244,17 @@ def main() -> None:
             if cut is None:
                 raise SystemExit(f"--windows: the row has no window {k} (a rank has too few forwards)")
             for setting in args.subsolvers:
-                for seed in args.seeds:
-                    r = replay(problem, start, cut, args.seconds, objective=objective, bound=bound, seed=seed,
-                               ignore=SUBSOLVERS[setting])  # fmt: skip
-                    said = f"window {k}, skew {skew:g}, {setting}, seed {seed}"
-                    console.print(f"{said}: {gap(r['found'])} in {r['seconds']:.1f} s")
-                    table.add_row(
-                        str(k), f"{skew:g}", f"{r['free']:,}", setting, str(seed), began,
-                        gap(r["found"]), gap(r["bound"]), "yes" if r["proven"] else "no", f"{r['seconds']:.1f}",
-                        ", ".join(f"{name} {n}" for name, n in r["solutions"].most_common()),
-                    )  # fmt: skip
+                for hint in args.hints:
+                    for seed in args.seeds:
+                        r = replay(problem, start, cut, args.seconds, objective=objective, bound=bound, seed=seed,
+                                   ignore=SUBSOLVERS[setting], hint=hint)  # fmt: skip
+                        said = f"window {k}, skew {skew:g}, {setting}, hint {'on' if hint else 'off'}, seed {seed}"
+                        console.print(f"{said}: {gap(r['found'])} in {r['seconds']:.1f} s")
+                        table.add_row(
+                            str(k), f"{skew:g}", f"{r['free']:,}", setting, "on" if hint else "off", str(seed), began,
+                            gap(r["found"]), gap(r["bound"]), "yes" if r["proven"] else "no", f"{r['seconds']:.1f}",
+                            ", ".join(f"{name} {n}" for name, n in r["solutions"].most_common()),
+                        )  # fmt: skip
     console.print(table)
     console.print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
 

@@ -54,12 +54,12 @@ def test_windows_of_another_skew_come_from_the_captured_task_graph(bench, kept):
     assert list(skewed) == list(solve.tail_cut(tasks, start, np.array([j, j + 1, j + 2, j + 3])))
 
 
-@pytest.mark.parametrize("setting", ["all", "scheduling"])
-def test_a_replayed_window_is_valid_no_worse_and_names_who_found_it(bench, kept, setting):
+@pytest.mark.parametrize(("setting", "hint"), [("all", True), ("scheduling", True), ("all", False)])
+def test_a_replayed_window_is_valid_no_worse_and_names_who_found_it(bench, kept, setting, hint):
     problem, start = kept["problem"], kept["schedule"]
     cut = kept["cuts"](start, 0)
     r = bench.replay(problem, start, cut, 2, objective="span", bound=kept["bound"], seed=1,
-                     ignore=bench.SUBSOLVERS[setting])  # fmt: skip
+                     ignore=bench.SUBSOLVERS[setting], hint=hint)  # fmt: skip
     assert not violations(problem, r["schedule"], limit=1)
     assert kept["bound"] <= r["bound"] <= r["found"] <= start.objective(problem, "span")
     assert r["found"] == r["schedule"].objective(problem, "span")
@@ -98,6 +98,9 @@ def test_bad_arguments_are_one_line(bench):
         bench._seeds("0,2147483648")  # CP-SAT's random_seed is 32-bit signed
     with pytest.raises(argparse.ArgumentTypeError, match="unknown setting 'fast'"):
         bench._settings("all,fast")
+    with pytest.raises(argparse.ArgumentTypeError, match="unknown hint setting 'maybe'; valid: on, off"):
+        bench._hints("on,maybe")
+    assert bench._hints("on,off") == [True, False] and bench._hints("off") == [False]
     for bad in ("2,-1", "x", "inf", "nan"):
         with pytest.raises(argparse.ArgumentTypeError, match="must be a finite number of at least 0"):
             bench._skews(bad)
