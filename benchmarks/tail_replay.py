@@ -39,6 +39,7 @@ import platform
 import re
 import time
 from collections import Counter
+from itertools import product
 from pathlib import Path
 
 from rich.console import Console
@@ -163,21 +164,22 @@ def _skews(text: str) -> list[float]:
     return [non_negative_float(x) for x in text.split(",")]
 
 
-def _hints(text: str) -> list[bool]:
-    """``"on,off"`` -> ``[True, False]``: with `best`'s hint, without it."""
+def _words(text: str, valid, what: str) -> list[str]:
+    """``"a,b"`` -> ``["a", "b"]``, each one of ``valid`` (else one line naming ``what`` it is)."""
     words = text.split(",")
     for word in words:
-        if word not in ("on", "off"):
-            raise argparse.ArgumentTypeError(f"unknown hint setting {word!r}; valid: on, off")
-    return [word == "on" for word in words]
+        if word not in valid:
+            raise argparse.ArgumentTypeError(f"unknown {what} {word!r}; valid: {', '.join(valid)}")
+    return words
+
+
+def _hints(text: str) -> list[bool]:
+    """``"on,off"`` -> ``[True, False]``: with `best`'s hint, without it."""
+    return [word == "on" for word in _words(text, ("on", "off"), "hint setting")]
 
 
 def _settings(text: str) -> list[str]:
-    names = text.split(",")
-    for name in names:
-        if name not in SUBSOLVERS:
-            raise argparse.ArgumentTypeError(f"unknown setting {name!r}; valid: {', '.join(SUBSOLVERS)}")
-    return names
+    return _words(text, SUBSOLVERS, "setting")
 
 
 def main() -> None:
@@ -233,8 +235,8 @@ def main() -> None:
         start = first["schedule"]
         console.print(f"window 0 first: {gap(first['found'])}, proven: {first['proven']}, {first['seconds']:.1f} s")
     table = Table(title=f"{args.problem.name}: tail windows replayed, {args.seconds:g} s each; the bound {bound:,}")
-    columns = ("window", "skew", "free", "subsolvers", "hint", "seed", "start", "found", "window's bound", "proven")
-    columns += ("s",)
+    columns = ("window", "skew", "free", "subsolvers", "hint", "seed", "start", "found", "window's bound", "proven",
+               "s")  # fmt: skip
     for col in (*columns, "solutions"):
         table.add_column(col, justify="left" if col in ("subsolvers", "solutions") else "right", overflow="fold")
     began = gap(start.objective(problem, objective))  # every window replays from this schedule
@@ -243,18 +245,16 @@ def main() -> None:
             cut = widening_tails(kept["tasks"], TAIL_FIRST_TASKS, skew)(start, k)
             if cut is None:
                 raise SystemExit(f"--windows: the row has no window {k} (a rank has too few forwards)")
-            for setting in args.subsolvers:
-                for hint in args.hints:
-                    for seed in args.seeds:
-                        r = replay(problem, start, cut, args.seconds, objective=objective, bound=bound, seed=seed,
-                                   ignore=SUBSOLVERS[setting], hint=hint)  # fmt: skip
-                        said = f"window {k}, skew {skew:g}, {setting}, hint {'on' if hint else 'off'}, seed {seed}"
-                        console.print(f"{said}: {gap(r['found'])} in {r['seconds']:.1f} s")
-                        table.add_row(
-                            str(k), f"{skew:g}", f"{r['free']:,}", setting, "on" if hint else "off", str(seed), began,
-                            gap(r["found"]), gap(r["bound"]), "yes" if r["proven"] else "no", f"{r['seconds']:.1f}",
-                            ", ".join(f"{name} {n}" for name, n in r["solutions"].most_common()),
-                        )  # fmt: skip
+            for setting, hint, seed in product(args.subsolvers, args.hints, args.seeds):
+                r = replay(problem, start, cut, args.seconds, objective=objective, bound=bound, seed=seed,
+                           ignore=SUBSOLVERS[setting], hint=hint)  # fmt: skip
+                said = f"window {k}, skew {skew:g}, {setting}, hint {'on' if hint else 'off'}, seed {seed}"
+                console.print(f"{said}: {gap(r['found'])} in {r['seconds']:.1f} s")
+                table.add_row(
+                    str(k), f"{skew:g}", f"{r['free']:,}", setting, "on" if hint else "off", str(seed), began,
+                    gap(r["found"]), gap(r["bound"]), "yes" if r["proven"] else "no", f"{r['seconds']:.1f}",
+                    ", ".join(f"{name} {n}" for name, n in r["solutions"].most_common()),
+                )  # fmt: skip
     console.print(table)
     console.print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
 
