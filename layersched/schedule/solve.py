@@ -799,7 +799,11 @@ before (2 rounds, 10 rows): 6 pairs better, 8 equal, 6 worse, p=16, m=48 1.91, 1
 round, one of this code): 7 better, 1 equal, 4 worse; p=16, m=48 1.91, 2.04% against 2.67, 2.67%;
 p=10, m=20 2.26, 2.07% against 2.32, 2.10%; the bundled p=8 row 1.38, 1.39% against 1.45, 1.45%;
 p=16, m=32, v=2 2.21, 2.17% against 2.20, 2.16%; p=8, m=32 1.10, 1.10% against 1.00, 1.10%; p=6, m=12
-1.17, 1.98% against 1.67, 1.67% (docs/measurements.md, session 58)."""
+1.17, 1.98% against 1.67, 1.67% (docs/measurements.md, session 58). Rows it had not been tried on,
+alternated the same way in session 59 (2 rounds): the V row at p=16, m=48 under 18 activations 0.97,
+1.04% against 1.01, 1.04%; p=4, m=16, v=2 at the bound in all four; the uneven row 2.28, 2.69% against
+2.69, 2.38%. Stopping the unhinted halves after the first that finds nothing shorter did no better (4
+pairs better, 7 equal, 4 worse in 3 rounds on 5 rows): not kept."""
 
 
 TAIL_SHARE = 0.9
