@@ -18,13 +18,14 @@ if [ -d .whl ]; then
     export PYTHONPATH="/tmp/site:$PWD"
 fi
 step() {
-    local name=$1 s rc
+    local name=$1 s rc took
     shift
     s=$(date +%s)
     "$@" >"$O/$name.txt" 2>&1
     rc=$?
-    echo "# took $(($(date +%s) - s)) s, rc=$rc" >>"$O/$name.txt"
-    echo "$name: rc=$rc, $(($(date +%s) - s)) s"
+    took=$(($(date +%s) - s))
+    echo "# took $took s, rc=$rc" >>"$O/$name.txt"
+    echo "$name: rc=$rc, $took s"
 }
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader || true
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"
