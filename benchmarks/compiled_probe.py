@@ -1,0 +1,261 @@
+"""How much a compiled core would gain: HEFT's placement loop compiled with numba, against ours.
+
+Issue #19 asks for `best` at least 100 times faster than saga's HEFT from 100 to 5,000 tasks. Our
+solvers are Python: `best` runs about a dozen placement loops and then polishes, and at 100 tasks
+saga's HEFT takes 30-155 ms. This probe measures the first step of a compiled core before anyone
+builds it: `solvers.listsched._insert` (the loop behind `heft`, `cpop`, `peft` and their variants)
+written again over flat arrays (`insert_loop`), compiled by numba, and timed beside ours on the
+instances of `solvers_bench.py`. Each schedule it makes is compared with ours, task by task.
+
+`insert_loop` is the loop for problems without memory limits, affinity groups, fixed or pinned
+processors, extra costs or tie orders (the saga instances have none): every task may run on every
+processor. It takes uniform or per-processor durations (``Problem.unrelated``) and link factors.
+Without numba the same function runs as plain Python (the tests check it against `_insert` that
+way); `main` needs numba (``pip install '.[compiled]'``).
+
+Columns: our upward rank and the loop's inputs (``rank``, ``prep``; Python, run once per schedule
+either way), our loop and the compiled one (medians over ``--repeats`` timings, with their min-max,
+after one untimed call that compiles it or loads it from numba's cache), their ratio, and whether
+every schedule was the same. Medians over ``--seeds`` instances per class.
+
+Usage: python benchmarks/compiled_probe.py [--sizes 100,1000,5000] [--processors 4,8,32] [--seeds 3]
+                                            [--repeats 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import platform
+import statistics
+import sys
+import time
+
+import numpy as np
+
+from layersched.cli.options import whole_number
+from solvers import Problem
+from solvers.graph import csr
+from solvers.listsched import MAX_GAPS, _insert, effective_allowed, has_memory_limits, upward_rank
+
+
+def insert_loop(n, P, pptr, psrc, pdel, sptr, stgt, indeg0, dur, don, lnk, keys, max_gaps):
+    """`solvers.listsched._insert` over flat arrays (see `loop_inputs`; ``keys`` the priorities,
+    ``max_gaps`` its `MAX_GAPS`): the ready task of highest key (ties: lower index) goes to the
+    processor where it finishes first (ties: starts first, then the lower index), into the earliest
+    idle gap there that holds it after its data arrives. Returns ``(processor, start)`` per task."""
+    indeg = indeg0.copy()
+    gs = np.zeros((P, max_gaps + 1), np.int64)  # each processor's idle gaps by time: starts, ends
+    ge = np.zeros((P, max_gaps + 1), np.int64)
+    ng = np.zeros(P, np.int64)
+    tail = np.zeros(P, np.int64)  # when each processor's last task ends
+    proc = np.full(n, -1, np.int64)
+    start = np.zeros(n, np.int64)
+    end = np.zeros(n, np.int64)
+    ready = [(-keys[0], np.int64(0))]  # typed for numba, then emptied
+    ready.pop()
+    for t in range(n):
+        if indeg[t] == 0:
+            ready.append((-keys[t], np.int64(t)))
+    heapq.heapify(ready)
+    het = don.shape[0] > 0
+    links = lnk.shape[0] > 0
+    while len(ready) > 0:
+        _, t = heapq.heappop(ready)
+        bf, bs, bq = np.int64(-1), np.int64(-1), np.int64(-1)
+        for q in range(P):
+            arrive = np.int64(0)  # when its data is on q
+            for k in range(pptr[t], pptr[t + 1]):
+                u = psrc[k]
+                pu = proc[u]
+                if pu == q:
+                    c = end[u]
+                elif links:
+                    c = end[u] + pdel[k] * lnk[pu, q]
+                else:
+                    c = end[u] + pdel[k]
+                if c > arrive:
+                    arrive = c
+            d = don[t, q] if het else dur[t]
+            tq = tail[q]
+            m = ng[q]
+            if arrive >= tq:
+                s = arrive
+            elif m == 0 or ge[q, m - 1] <= arrive:
+                s = tq
+            else:  # `_earliest_gap`: the first gap not over by `arrive` that holds it, else the tail
+                lo, hi = 0, m
+                while lo < hi:
+                    mid = (lo + hi) // 2
+                    if ge[q, mid] <= arrive:
+                        lo = mid + 1
+                    else:
+                        hi = mid
+                s = -1
+                if lo < m:
+                    first = gs[q, lo] if gs[q, lo] > arrive else arrive
+                    if first + d <= ge[q, lo]:
+                        s = first
+                    else:
+                        for kk in range(lo + 1, m):
+                            if ge[q, kk] - gs[q, kk] >= d:
+                                s = gs[q, kk]
+                                break
+                if s < 0:
+                    s = arrive if arrive > tq else tq
+            f = s + d
+            if bq < 0 or f < bf or (f == bf and s < bs):
+                bf, bs, bq = f, s, q
+        q, s, f = bq, bs, bf
+        m = ng[q]  # `_occupy`
+        if s >= tail[q]:  # after its last task: a new gap before it where it waits
+            if s > tail[q]:
+                gs[q, m] = tail[q]
+                ge[q, m] = s
+                m += 1
+            if f > tail[q]:
+                tail[q] = f
+        else:  # inside a gap: split in two, empty halves dropped
+            lo, hi = 0, m
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if gs[q, mid] <= s:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            i = lo - 1
+            a, b = gs[q, i], ge[q, i]
+            if s > a and b > f:
+                for kk in range(m, i + 1, -1):
+                    gs[q, kk] = gs[q, kk - 1]
+                    ge[q, kk] = ge[q, kk - 1]
+                ge[q, i] = s
+                gs[q, i + 1] = f
+                ge[q, i + 1] = b
+                m += 1
+            elif s > a:
+                ge[q, i] = s
+            elif b > f:
+                gs[q, i] = f
+            else:
+                for kk in range(i, m - 1):
+                    gs[q, kk] = gs[q, kk + 1]
+                    ge[q, kk] = ge[q, kk + 1]
+                m -= 1
+        if m > max_gaps:  # the oldest gap is no longer offered
+            for kk in range(m - 1):
+                gs[q, kk] = gs[q, kk + 1]
+                ge[q, kk] = ge[q, kk + 1]
+            m -= 1
+        ng[q] = m
+        proc[t], start[t], end[t] = q, s, f
+        for k in range(sptr[t], sptr[t + 1]):
+            v = stgt[k]
+            indeg[v] -= 1
+            if indeg[v] == 0:
+                heapq.heappush(ready, (-keys[v], np.int64(v)))
+    return proc, start
+
+
+def loop_inputs(problem: Problem) -> tuple:
+    """`insert_loop`'s arguments before ``keys``: sizes, incoming edges by target (pointers, sources,
+    delays), outgoing ones by source (pointers, targets), in-degrees, durations, per-processor
+    durations and link factors (empty where the problem has none). `ValueError` for a problem the
+    loop does not cover (memory limits, groups, or processors a task may not use)."""
+    if has_memory_limits(problem) or (problem.group >= 0).any() or not effective_allowed(problem).all():
+        raise ValueError("insert_loop covers problems without memory limits, groups or processor restrictions")
+    n = problem.num_tasks
+    src, dst = problem.edges[:, 0], problem.edges[:, 1]
+    pptr, psrc, peid = csr(n, dst, src)
+    sptr, stgt, _ = csr(n, src, dst)
+    indeg = np.bincount(dst, minlength=n).astype(np.int64)
+    none = np.zeros((0, 0), np.int64)
+    don = problem.duration_on.astype(np.int64) if problem.duration_on is not None else none
+    lnk = problem.link_matrix() if problem.link is not None else none
+    delay = problem.delay[peid].astype(np.int64)
+    return n, problem.num_processors, pptr, psrc, delay, sptr, stgt, indeg, problem.duration.astype(np.int64), don, lnk
+
+
+WIDTHS = ["12", ">6", ">3", ">6", ">6", ">7", ">17", ">8", ">15", ">6", ""]
+"""The table's columns' format widths."""
+
+
+def _timed(f, repeats: int) -> tuple[list[float], object]:
+    times, out = [], None
+    for _ in range(repeats):
+        t = time.perf_counter()
+        out = f()
+        times.append(time.perf_counter() - t)
+    return times, out
+
+
+def _list(text: str) -> list[int]:
+    return [whole_number(x, least=1) for x in text.split(",")]
+
+
+def _count(text: str) -> int:
+    return whole_number(text, least=1)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sizes", type=_list, default=[100, 1000, 5000], help="tasks per instance (default 100,1000,5000)")
+    ap.add_argument("--processors", type=_list, default=[4, 8, 32], help="processors (default 4,8,32)")
+    ap.add_argument("--seeds", type=_count, default=3, help="instances per class (default 3)")
+    ap.add_argument("--repeats", type=_count, default=10, help="timings per loop (default 10)")
+    args = ap.parse_args()
+    try:
+        import numba
+    except ImportError:
+        sys.exit("compiled_probe.py needs numba: pip install '.[compiled]'")
+    from solvers_bench import instance
+
+    compiled = numba.njit(cache=True)(insert_loop)
+    t = time.perf_counter()
+    p, _ = instance("layered", 100, 4, 0)
+    compiled(*loop_inputs(p), upward_rank(p).astype(np.float64), MAX_GAPS)
+    first = time.perf_counter() - t
+    versions = f"{platform.python_implementation()} {platform.python_version()}, numba {numba.__version__}"
+    print(f"# {platform.node()}, {versions}, numpy {np.__version__}; first call {first:.2f} s (compiles it)")
+    print(
+        f"# medians over {args.seeds} instances of each one's median of {args.repeats} timings (ms); min-max of those"
+    )
+    head = ["class", "tasks", "P", "rank", "prep", "ours", "(min-max)", "compiled", "(min-max)", "ratio", "same"]
+    print(" ".join(f"{h:{w}}" for h, w in zip(head, WIDTHS, strict=True)))
+    for kind, het in (("layered", False), ("erdos", False), ("layered", True), ("erdos", True)):
+        for n in args.sizes:
+            for P in args.processors:
+                rank, prep, ours, fast, same = [], [], [], [], True
+                for seed in range(args.seeds):
+                    p, _ = instance(kind, n, P, seed, hetero=het)
+                    allowed = effective_allowed(p)
+                    times, keys = _timed(lambda p=p, allowed=allowed: upward_rank(p, allowed), args.repeats)
+                    rank.append(statistics.median(times))
+                    times, inputs = _timed(lambda p=p: loop_inputs(p), args.repeats)
+                    prep.append(statistics.median(times))
+                    times, placed = _timed(lambda p=p, a=allowed, k=keys: _insert(p, a, k), args.repeats)
+                    ours.append(statistics.median(times))
+                    k64 = keys.astype(np.float64)
+                    times, (proc, start) = _timed(lambda i=inputs, k=k64: compiled(*i, k, MAX_GAPS), args.repeats)
+                    fast.append(statistics.median(times))
+                    schedule = placed[0]
+                    same &= np.array_equal(proc, schedule.processor) and np.array_equal(start, schedule.start)
+
+                def ms(xs):
+                    return statistics.median(xs) * 1e3
+
+                spread = [f"({min(x) * 1e3:.3f}-{max(x) * 1e3:.3f})" for x in (ours, fast)]
+                cells = [kind + ("-het" if het else ""), f"{n:,}", P, f"{ms(rank):.2f}", f"{ms(prep):.2f}"]
+                cells += [
+                    f"{ms(ours):.2f}",
+                    spread[0],
+                    f"{ms(fast):.3f}",
+                    spread[1],
+                    f"{ms(ours) / ms(fast):.0f}",
+                    same,
+                ]
+                print(" ".join(f"{str(c):{w}}" for c, w in zip(cells, WIDTHS, strict=True)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
