@@ -7,11 +7,12 @@ builds it: `solvers.listsched._insert` (the loop behind `heft`, `cpop`, `peft` a
 written again over flat arrays (`insert_loop`), compiled by numba, and timed beside ours on the
 instances of `solvers_bench.py`. Each schedule it makes is compared with ours, task by task.
 
-`insert_loop` is the loop for problems without memory limits, affinity groups, fixed or pinned
-processors, extra costs or tie orders (the saga instances have none): every task may run on every
-processor. It takes uniform or per-processor durations (``Problem.unrelated``) and link factors.
-Without numba the same function runs as plain Python (the tests check it against `_insert` that
-way); `main` needs numba (``pip install '.[compiled]'``).
+`insert_loop` is all of `_insert` but its time limit: affinity groups, allowed processors, CPoP's
+pinned processors, PEFT's extra costs, HEFT's tie orders, uniform or per-processor durations
+(``Problem.unrelated``) and link factors; like `_insert`, it is for problems without memory
+limits. Without numba the same function runs as plain Python (the tests check it against `_insert`
+that way, on random problems); `main` needs numba (``pip install '.[compiled]'``) and times plain
+HEFT.
 
 Columns: our upward rank and the loop's inputs (``rank``, ``prep``; Python, run once per schedule
 either way), our loop and the compiled one (medians over ``--repeats`` timings, with their min-max,
@@ -39,11 +40,16 @@ from solvers.graph import csr
 from solvers.listsched import MAX_GAPS, _insert, effective_allowed, has_memory_limits, upward_rank
 
 
-def insert_loop(n, P, pptr, psrc, pdel, sptr, stgt, indeg0, dur, don, lnk, keys, max_gaps):
-    """`solvers.listsched._insert` over flat arrays (see `loop_inputs`; ``keys`` the priorities,
-    ``max_gaps`` its `MAX_GAPS`): the ready task of highest key (ties: lower index) goes to the
-    processor where it finishes first (ties: starts first, then the lower index), into the earliest
-    idle gap there that holds it after its data arrives. Returns ``(processor, start)`` per task."""
+def insert_loop(
+    n, P, pptr, psrc, pdel, sptr, stgt, indeg0, dur, don, lnk, allowed, group, keys, pinned, extra, tie, max_gaps
+):
+    """`solvers.listsched._insert` over flat arrays (`loop_inputs`, then ``keys`` the priorities and
+    `loop_options`; ``max_gaps`` its `MAX_GAPS`): the ready task of highest key (ties: lower index)
+    goes to its group's processor once the group has one, else to its only allowed processor, else
+    to its ``pinned`` one (>= 0), else to the allowed processor where it finishes first (plus
+    ``extra[t, q]`` where given; ties: the earlier finish, the earlier start, the least ``tie[q]``,
+    the lower index), into the earliest idle gap there that holds it after its data arrives.
+    Returns ``(processor, start)`` per task."""
     indeg = indeg0.copy()
     gs = np.zeros((P, max_gaps + 1), np.int64)  # each processor's idle gaps by time: starts, ends
     ge = np.zeros((P, max_gaps + 1), np.int64)
@@ -60,10 +66,25 @@ def insert_loop(n, P, pptr, psrc, pdel, sptr, stgt, indeg0, dur, don, lnk, keys,
     heapq.heapify(ready)
     het = don.shape[0] > 0
     links = lnk.shape[0] > 0
+    costs = extra.shape[0] > 0
+    gproc = np.full(max(0, group.max() + 1) if n else 0, -1, np.int64)  # each group's processor, once it has one
     while len(ready) > 0:
         _, t = heapq.heappop(ready)
-        bf, bs, bq = np.int64(-1), np.int64(-1), np.int64(-1)
+        only = -1  # a single candidate processor, or -1: every allowed one
+        if group[t] >= 0 and gproc[group[t]] >= 0:
+            only = gproc[group[t]]
+        else:
+            count = 0
+            for q in range(P):
+                if allowed[t, q]:
+                    count += 1
+                    only = q
+            if count > 1:
+                only = pinned[t]
+        bc, bf, bs, bq = 0.0, np.int64(-1), np.int64(-1), np.int64(-1)
         for q in range(P):
+            if (only >= 0 and q != only) or (only < 0 and not allowed[t, q]):
+                continue
             arrive = np.int64(0)  # when its data is on q
             for k in range(pptr[t], pptr[t + 1]):
                 u = psrc[k]
@@ -104,8 +125,9 @@ def insert_loop(n, P, pptr, psrc, pdel, sptr, stgt, indeg0, dur, don, lnk, keys,
                 if s < 0:
                     s = arrive if arrive > tq else tq
             f = s + d
-            if bq < 0 or f < bf or (f == bf and s < bs):
-                bf, bs, bq = f, s, q
+            c = f + extra[t, q] if costs and only < 0 else 0.0
+            if bq < 0 or (c, f, s, tie[q]) < (bc, bf, bs, tie[bq]):
+                bc, bf, bs, bq = c, f, s, q
         q, s, f = bq, bs, bf
         m = ng[q]  # `_occupy`
         if s >= tail[q]:  # after its last task: a new gap before it where it waits
@@ -149,6 +171,8 @@ def insert_loop(n, P, pptr, psrc, pdel, sptr, stgt, indeg0, dur, don, lnk, keys,
             m -= 1
         ng[q] = m
         proc[t], start[t], end[t] = q, s, f
+        if group[t] >= 0 and gproc[group[t]] < 0:
+            gproc[group[t]] = q
         for k in range(sptr[t], sptr[t + 1]):
             v = stgt[k]
             indeg[v] -= 1
@@ -160,10 +184,11 @@ def insert_loop(n, P, pptr, psrc, pdel, sptr, stgt, indeg0, dur, don, lnk, keys,
 def loop_inputs(problem: Problem) -> tuple:
     """`insert_loop`'s arguments before ``keys``: sizes, incoming edges by target (pointers, sources,
     delays), outgoing ones by source (pointers, targets), in-degrees, durations, per-processor
-    durations and link factors (empty where the problem has none). `ValueError` for a problem the
-    loop does not cover (memory limits, groups, or processors a task may not use)."""
-    if has_memory_limits(problem) or (problem.group >= 0).any() or not effective_allowed(problem).all():
-        raise ValueError("insert_loop covers problems without memory limits, groups or processor restrictions")
+    durations and link factors (empty where the problem has none), the allowed processors
+    (`solvers.listsched.effective_allowed`) and the affinity groups. `ValueError` for a problem
+    with memory limits, where `heft` places tasks as list scheduling does."""
+    if has_memory_limits(problem):
+        raise ValueError("insert_loop covers problems without memory limits (heft places those as list scheduling)")
     n = problem.num_tasks
     src, dst = problem.edges[:, 0], problem.edges[:, 1]
     pptr, psrc, peid = csr(n, dst, src)
@@ -173,7 +198,22 @@ def loop_inputs(problem: Problem) -> tuple:
     don = problem.duration_on.astype(np.int64) if problem.duration_on is not None else none
     lnk = problem.link_matrix() if problem.link is not None else none
     delay = problem.delay[peid].astype(np.int64)
-    return n, problem.num_processors, pptr, psrc, delay, sptr, stgt, indeg, problem.duration.astype(np.int64), don, lnk
+    duration, group, allowed = (
+        problem.duration.astype(np.int64),
+        problem.group.astype(np.int64),
+        effective_allowed(problem),
+    )
+    return n, problem.num_processors, pptr, psrc, delay, sptr, stgt, indeg, duration, don, lnk, allowed, group
+
+
+def loop_options(problem: Problem, pinned=None, extra=None, ties=None) -> tuple:
+    """`insert_loop`'s ``pinned``, ``extra`` and ``tie`` as `_insert` takes them (None: none; ``ties``
+    None: by index), as arrays."""
+    n, P = problem.num_tasks, problem.num_processors
+    pin = np.full(n, -1, np.int64) if pinned is None else np.asarray(pinned, np.int64)
+    cost = np.zeros((0, 0), np.float64) if extra is None else np.asarray(extra, np.float64)
+    tie = np.arange(P, dtype=np.int64) if ties is None else np.asarray(ties, np.int64)
+    return pin, cost, tie
 
 
 WIDTHS = ["12", ">6", ">3", ">6", ">6", ">7", ">17", ">8", ">15", ">6", ""]
@@ -213,7 +253,7 @@ def main() -> None:
     compiled = numba.njit(cache=True)(insert_loop)
     t = time.perf_counter()
     p, _ = instance("layered", 100, 4, 0)
-    compiled(*loop_inputs(p), upward_rank(p).astype(np.float64), MAX_GAPS)
+    compiled(*loop_inputs(p), upward_rank(p).astype(np.float64), *loop_options(p), MAX_GAPS)
     first = time.perf_counter() - t
     versions = f"{platform.python_implementation()} {platform.python_version()}, numba {numba.__version__}"
     print(f"# {platform.node()}, {versions}, numpy {np.__version__}; first call {first:.2f} s (compiles it)")
@@ -236,7 +276,10 @@ def main() -> None:
                     times, placed = _timed(lambda p=p, a=allowed, k=keys: _insert(p, a, k), args.repeats)
                     ours.append(statistics.median(times))
                     k64 = keys.astype(np.float64)
-                    times, (proc, start) = _timed(lambda i=inputs, k=k64: compiled(*i, k, MAX_GAPS), args.repeats)
+                    more = loop_options(p)
+                    times, (proc, start) = _timed(
+                        lambda i=inputs, k=k64, o=more: compiled(*i, k, *o, MAX_GAPS), args.repeats
+                    )
                     fast.append(statistics.median(times))
                     schedule = placed[0]
                     same &= np.array_equal(proc, schedule.processor) and np.array_equal(start, schedule.start)

@@ -1,14 +1,17 @@
-"""benchmarks/compiled_probe.py: its loop, run as plain Python, makes `heft`'s schedules task by task."""
+"""benchmarks/compiled_probe.py: its loop, run as plain Python, makes `_insert`'s schedules task by task."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import solvers.listsched
 from solvers import Problem
-from solvers.listsched import _insert, effective_allowed, upward_rank
+from solvers.listsched import _insert, effective_allowed, infeasible_reason, upward_rank
 from tests.paths import benchmark
+from tests.solvers.strategies import heterogeneous, problems
 
 
 def _module(name: str):
@@ -16,46 +19,72 @@ def _module(name: str):
         return module
 
 
+PROBE = _module("compiled_probe")
+
+
+def _same(problem: Problem, keys, pinned=None, extra=None, ties=None, max_gaps: int = 512) -> None:
+    expected = _insert(problem, effective_allowed(problem), keys, pinned=pinned, extra=extra, ties=ties)[0]
+    options = PROBE.loop_options(problem, pinned, extra, ties)
+    proc, start = PROBE.insert_loop(*PROBE.loop_inputs(problem), keys.astype(np.float64), *options, max_gaps)
+    assert proc.tolist() == expected.processor.tolist()
+    assert start.tolist() == expected.start.tolist()
+
+
 @pytest.mark.parametrize("max_gaps", [512, 2])
 @pytest.mark.parametrize("hetero", [False, True])
 @pytest.mark.parametrize("kind", ["layered", "erdos"])
-def test_loop_equals_insert(kind, hetero, max_gaps, monkeypatch):
+def test_loop_equals_insert_on_the_benchmark(kind, hetero, max_gaps, monkeypatch):
     # with few gaps kept, the oldest are dropped as `_occupy` drops them; a high ratio of transfers
     # to computation leaves many gaps, and tasks inserted into them split or fill them
-    probe, bench = _module("compiled_probe"), _module("solvers_bench")
+    bench = _module("solvers_bench")
     monkeypatch.setattr(solvers.listsched, "MAX_GAPS", max_gaps)
     for seed in range(4):
         for processors in (2, 3, 5):
             problem, _ = bench.instance(kind, 80, processors, seed, ccr=3.0, hetero=hetero)
-            allowed = effective_allowed(problem)
-            keys = upward_rank(problem, allowed)
-            expected = _insert(problem, allowed, keys)[0]
-            proc, start = probe.insert_loop(*probe.loop_inputs(problem), keys.astype(np.float64), max_gaps)
-            assert proc.tolist() == expected.processor.tolist()
-            assert start.tolist() == expected.start.tolist()
+            _same(problem, upward_rank(problem), max_gaps=max_gaps)
+
+
+@st.composite
+def _cases(draw):
+    """A problem without memory limits (groups, allowed sets, zero durations; per-processor
+    durations and links or not) with `_insert`'s options: pinned processors, extra costs, a tie order."""
+    problem = draw(st.one_of(problems(memory=False), heterogeneous(memory=False)))
+    n, P = problem.num_tasks, problem.num_processors
+    allowed = effective_allowed(problem)
+    pinned = extra = ties = None
+    if draw(st.booleans()):  # CPoP: some tasks pinned to one of their processors
+        pinned = np.array([draw(st.sampled_from([-1, *np.flatnonzero(allowed[t]).tolist()])) for t in range(n)])
+    if draw(st.booleans()):  # PEFT: a cost per task and processor
+        extra = np.array(draw(st.lists(st.integers(0, 9), min_size=n * P, max_size=n * P))).reshape(n, P)
+    if draw(st.booleans()):
+        ties = np.array(draw(st.permutations(range(P))))
+    return problem, pinned, extra, ties
+
+
+@settings(max_examples=300, deadline=None)
+@given(_cases())
+def test_loop_equals_insert_with_every_option(case):
+    problem, pinned, extra, ties = case
+    if infeasible_reason(problem, effective_allowed(problem)):
+        return  # `_insert` is not run there
+    _same(problem, upward_rank(problem), pinned, extra, ties)
 
 
 def test_gaps_are_used():
-    # the case above must exercise insertion: some task starts before an earlier-placed one on its processor
-    probe, bench = _module("compiled_probe"), _module("solvers_bench")
+    # the benchmark case above must exercise insertion: some task starts before an earlier-placed one
+    # on its processor
+    bench = _module("solvers_bench")
     problem, _ = bench.instance("layered", 80, 3, 0, ccr=3.0)
-    keys = upward_rank(problem).astype(np.float64)
-    proc, start = probe.insert_loop(*probe.loop_inputs(problem), keys, 512)
+    keys = upward_rank(problem)
+    proc, start = PROBE.insert_loop(
+        *PROBE.loop_inputs(problem), keys.astype(np.float64), *PROBE.loop_options(problem), 512
+    )
     # the placement order: the upward rank falls along every edge, so the ready task of highest rank
     # is the unplaced one of highest rank (ties: lower index)
     order = np.argsort(-keys, kind="stable")
-    inserted = any(start[t] < start[u] and proc[t] == proc[u] for i, t in enumerate(order) for u in order[:i])
-    assert inserted
+    assert any(start[t] < start[u] and proc[t] == proc[u] for i, t in enumerate(order) for u in order[:i])
 
 
-@pytest.mark.parametrize(
-    "problem",
-    [
-        Problem(duration=[1, 1], edges=[[0, 1]], mem_delta=[4, -4], capacity=[5]),
-        Problem(duration=[1, 1], num_processors=2, group=[0, 0]),
-        Problem(duration=[1, 1], allowed=[[1, 0], [1, 1]]),
-    ],
-)
-def test_inputs_refuse_what_the_loop_does_not_cover(problem):
-    with pytest.raises(ValueError, match="covers problems without"):
-        _module("compiled_probe").loop_inputs(problem)
+def test_inputs_refuse_memory_limits():
+    with pytest.raises(ValueError, match="without memory limits"):
+        PROBE.loop_inputs(Problem(duration=[1, 1], edges=[[0, 1]], mem_delta=[4, -4], capacity=[5]))
