@@ -40,6 +40,18 @@ from solvers.graph import csr
 from solvers.listsched import MAX_GAPS, _insert, effective_allowed, has_memory_limits, upward_rank
 
 
+def bisect_right(row, m, x):
+    """Where ``x`` goes in the sorted ``row[:m]``, after any equal to it (`bisect.bisect_right`)."""
+    lo, hi = 0, m
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if row[mid] <= x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
 def insert_loop(
     n, P, pptr, psrc, pdel, sptr, stgt, indeg0, dur, don, lnk, allowed, group, keys, pinned, extra, tie, max_gaps
 ):
@@ -105,13 +117,7 @@ def insert_loop(
             elif m == 0 or ge[q, m - 1] <= arrive:
                 s = tq
             else:  # `_earliest_gap`: the first gap not over by `arrive` that holds it, else the tail
-                lo, hi = 0, m
-                while lo < hi:
-                    mid = (lo + hi) // 2
-                    if ge[q, mid] <= arrive:
-                        lo = mid + 1
-                    else:
-                        hi = mid
+                lo = bisect_right(ge[q], m, arrive)
                 s = -1
                 if lo < m:
                     first = gs[q, lo] if gs[q, lo] > arrive else arrive
@@ -138,14 +144,7 @@ def insert_loop(
             if f > tail[q]:
                 tail[q] = f
         else:  # inside a gap: split in two, empty halves dropped
-            lo, hi = 0, m
-            while lo < hi:
-                mid = (lo + hi) // 2
-                if gs[q, mid] <= s:
-                    lo = mid + 1
-                else:
-                    hi = mid
-            i = lo - 1
+            i = bisect_right(gs[q], m, s) - 1
             a, b = gs[q, i], ge[q, i]
             if s > a and b > f:
                 for kk in range(m, i + 1, -1):
@@ -250,13 +249,16 @@ def main() -> None:
         sys.exit("compiled_probe.py needs numba: pip install '.[compiled]'")
     from solvers_bench import instance
 
+    global bisect_right  # compiled first: numba compiles the loop's calls to the module's function by that name
+    bisect_right = numba.njit(cache=True)(bisect_right)
     compiled = numba.njit(cache=True)(insert_loop)
     t = time.perf_counter()
     p, _ = instance("layered", 100, 4, 0)
     compiled(*loop_inputs(p), upward_rank(p).astype(np.float64), *loop_options(p), MAX_GAPS)
     first = time.perf_counter() - t
     versions = f"{platform.python_implementation()} {platform.python_version()}, numba {numba.__version__}"
-    print(f"# {platform.node()}, {versions}, numpy {np.__version__}; first call {first:.2f} s (compiles it)")
+    versions += f", numpy {np.__version__}"
+    print(f"# {platform.node()}, {versions}; first call {first:.2f} s (compiles, or reads its cache)")
     print(
         f"# medians over {args.seeds} instances of each one's median of {args.repeats} timings (ms); min-max of those"
     )
