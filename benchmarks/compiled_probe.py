@@ -36,8 +36,14 @@ import numpy as np
 
 from layersched.cli.options import whole_number
 from solvers import Problem
-from solvers.graph import csr
-from solvers.listsched import MAX_GAPS, _insert, effective_allowed, has_memory_limits, upward_rank
+from solvers.listsched import (
+    MAX_GAPS,
+    _insert,
+    adjacency_arrays,
+    effective_allowed,
+    has_memory_limits,
+    upward_rank,
+)
 
 
 def bisect_right(row, m, x):
@@ -181,28 +187,19 @@ def insert_loop(
 
 
 def loop_inputs(problem: Problem) -> tuple:
-    """`insert_loop`'s arguments before ``keys``: sizes, incoming edges by target (pointers, sources,
-    delays), outgoing ones by source (pointers, targets), in-degrees, durations, per-processor
-    durations and link factors (empty where the problem has none), the allowed processors
-    (`solvers.listsched.effective_allowed`) and the affinity groups. `ValueError` for a problem
-    with memory limits, where `heft` places tasks as list scheduling does."""
+    """`insert_loop`'s arguments before ``keys``: sizes, the edges as `_insert` reads them
+    (`solvers.listsched.adjacency_arrays`), durations, per-processor durations and link factors
+    (empty where the problem has none), the allowed processors (`solvers.listsched.effective_allowed`)
+    and the affinity groups. `ValueError` for a problem with memory limits, where `heft` places
+    tasks as list scheduling does."""
     if has_memory_limits(problem):
         raise ValueError("insert_loop covers problems without memory limits (heft places those as list scheduling)")
-    n = problem.num_tasks
-    src, dst = problem.edges[:, 0], problem.edges[:, 1]
-    pptr, psrc, peid = csr(n, dst, src)
-    sptr, stgt, _ = csr(n, src, dst)
-    indeg = np.bincount(dst, minlength=n).astype(np.int64)
+    edges = [a.astype(np.int64, copy=False) for a in adjacency_arrays(problem)]  # one type for numba
     none = np.zeros((0, 0), np.int64)
     don = problem.duration_on.astype(np.int64) if problem.duration_on is not None else none
     lnk = problem.link_matrix() if problem.link is not None else none
-    delay = problem.delay[peid].astype(np.int64)
-    duration, group, allowed = (
-        problem.duration.astype(np.int64),
-        problem.group.astype(np.int64),
-        effective_allowed(problem),
-    )
-    return n, problem.num_processors, pptr, psrc, delay, sptr, stgt, indeg, duration, don, lnk, allowed, group
+    duration, group = problem.duration.astype(np.int64), problem.group.astype(np.int64)
+    return problem.num_tasks, problem.num_processors, *edges, duration, don, lnk, effective_allowed(problem), group
 
 
 def loop_options(problem: Problem, pinned=None, extra=None, ties=None) -> tuple:

@@ -577,14 +577,18 @@ def _insert(
 
 
 def _adjacency(problem: Problem) -> tuple[list[int], list[int], list[int], list[int], list[int], list[int]]:
-    """Lists for the placement loops: incoming edges grouped by target (pointers, sources, delays),
-    outgoing ones grouped by source (pointers, targets), and each task's in-degree."""
+    """Lists for the placement loops: `adjacency_arrays`, each as a list."""
+    return tuple(a.tolist() for a in adjacency_arrays(problem))
+
+
+def adjacency_arrays(problem: Problem) -> tuple[np.ndarray, ...]:
+    """Incoming edges grouped by target (pointers, sources, delays), outgoing ones grouped by source
+    (pointers, targets), and each task's in-degree."""
     n = problem.num_tasks
     src, dst = problem.edges[:, 0], problem.edges[:, 1]
     pptr, psrc, peid = csr(n, dst, src)
     sptr, stgt, _ = csr(n, src, dst)
-    indeg = np.bincount(dst, minlength=n).tolist()
-    return pptr.tolist(), psrc.tolist(), problem.delay[peid].tolist(), sptr.tolist(), stgt.tolist(), indeg
+    return pptr, psrc, problem.delay[peid], sptr, stgt, np.bincount(dst, minlength=n)
 
 
 def _arrival(t: int, r: int, pptr: list, psrc: list, pdel: list, proc: list, end: list, lnk) -> int:
