@@ -192,8 +192,7 @@ def test_ils_starts_from_heft_with_another_rank_weight_where_that_is_better():
     from solvers.heuristics import best, heft_ranked
     from solvers.ils import ILS_RANK_WEIGHTS
 
-    p = Problem(duration=[2, 5, 1, 4, 1, 3], num_processors=2, edges=[[0, 1], [0, 2], [0, 5], [1, 3], [2, 3]],
-                delay=[0, 6, 2, 1, 4])  # fmt: skip
+    p = Problem(duration=[5, 4, 3, 5, 2, 3], num_processors=2, edges=[[0, 3], [2, 3], [2, 4]], delay=[1, 3, 0])
     assert best(p).objective == 12 and 3.0 in ILS_RANK_WEIGHTS
     assert [heft_ranked(w)[1](p).objective for w in ILS_RANK_WEIGHTS] == [12, 12, 12, 11]
     r = solve(p, "ils", time_limit=2)
