@@ -21,6 +21,7 @@ from solvers.heuristics import (
     candidates,
     cpop,
     cpop_ends,
+    cpop_saga,
     critical_path,
     downward_rank_to_ends,
     fcp,
@@ -69,6 +70,7 @@ def test_cpop_peft_fcp_best_are_valid_above_the_bound_and_best_is_the_least(p):
         results["heft-pairs"] = heft(p, priority=upward_rank(p, effective_allowed(p), transfer_weight=w))
     results["cpop-ends"] = cpop_ends(p)
     results["fcp-ends"] = fcp_ends(p)
+    results["cpop-saga"] = cpop_saga(p)
     for r in [*results.values(), chosen]:
         validate(p, r.schedule)
         assert r.objective >= r.lower_bound == lower_bound(p)
@@ -220,10 +222,43 @@ def test_cpop_ends_wins_where_the_other_heuristics_do_not():
     validate(p, r.schedule)
     assert (r.objective, r.info["chosen"], r.status) == (9, "cpop-ends", "optimal")
     others = {k: v for k, v in r.info["candidates"].items() if k != "cpop-ends"}
-    assert others.pop("fcp-ends") == "skipped: optimal found"  # after cpop-ends, which reached the bound
+    for after in ("fcp-ends", "cpop-saga"):  # after cpop-ends, which reached the bound
+        assert others.pop(after) == "skipped: optimal found"
     assert min(others.values()) == 10
     assert r.schedule.processor[1] == r.schedule.processor[5]
     assert cpop_ends(p).objective == 9
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 10**6))
+def test_cpop_saga_is_heft_with_cpops_priority_plus_the_tasks_own_duration(seed):
+    """By definition, on 3 processors with delays that are multiples of 3 (so the transfers weigh
+    exactly half: the chance 2/3 that two tasks land apart, times saga's 3/4): upward rank plus
+    downward rank plus the task's duration, ready tasks in that order, inserted where they finish
+    first, nothing pinned."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 12))
+    dur = rng.integers(1, 8, n).tolist()
+    edges = [(u, v) for u in range(n) for v in range(u + 1, n) if rng.random() < 0.3]
+    delay = (3 * rng.integers(0, 4, len(edges))).tolist()
+    p = Problem(duration=dur, num_processors=3, edges=edges or np.zeros((0, 2), dtype=int), delay=delay or None)
+    succ = {t: [(v, d) for (u, v), d in zip(edges, delay, strict=True) if u == t] for t in range(n)}
+    pred = {t: [(u, d) for (u, v), d in zip(edges, delay, strict=True) if v == t] for t in range(n)}
+
+    @functools.cache
+    def up(t: int) -> float:
+        return dur[t] + max((up(v) + d / 2 for v, d in succ[t]), default=0)
+
+    @functools.cache
+    def down(t: int) -> float:
+        return max((down(u) + dur[u] + d / 2 for u, d in pred[t]), default=0)
+
+    priority = np.array([64 * (up(t) + down(t) + dur[t]) for t in range(n)])
+    r = cpop_saga(p)
+    validate(p, r.schedule)
+    expected = heft(p, priority=priority).schedule
+    assert r.schedule.processor.tolist() == expected.processor.tolist()
+    assert r.schedule.start.tolist() == expected.start.tolist()
 
 
 def test_peft_looks_ahead_where_heft_does_not():
@@ -291,7 +326,7 @@ def test_fcp_ends_appends_to_the_processor_of_the_predecessor_that_ends_last():
 @settings(max_examples=60, deadline=None)
 @given(heterogeneous(max_tasks=20, max_processors=4))
 def test_every_heuristic_is_valid_and_above_the_bound_on_heterogeneous_problems(p):
-    for f in (list_schedule, heft, cpop, peft, fcp, fcp_ends, best):
+    for f in (list_schedule, heft, cpop, peft, fcp, fcp_ends, cpop_saga, best):
         r = f(p)
         if r.schedule is not None:
             validate(p, r.schedule)
