@@ -36,6 +36,7 @@ import numpy as np
 
 from layersched.cli.options import whole_number
 from solvers import Problem
+from solvers.heuristics import _fcp_place, fcp_priority
 from solvers.listsched import (
     MAX_GAPS,
     _insert,
@@ -186,6 +187,103 @@ def insert_loop(
     return proc, start
 
 
+def fcp_loop(n, P, pptr, psrc, pdel, sptr, stgt, indeg0, dur, don, lnk, allowed, group, keys, ends):
+    """`solvers.heuristics._fcp_place` over flat arrays (`loop_inputs`, then ``keys`` the priorities,
+    ``ends`` `fcp_ends`'s rule): at most P ready tasks compete by key (ties: lower index), later ones
+    wait in arrival order; each is appended to its group's processor once the group has one, else to
+    the allowed processor that comes idle first (on unequal processors: where it would end first once
+    idle; ties: lower index) or to the one its last message comes from (``ends``: of the predecessor
+    that ends last), whichever lets it finish first (``ends``: start first, the first keeping ties).
+    Returns ``(processor, start)`` per task."""
+    indeg = indeg0.copy()
+    idle = np.zeros(P, np.int64)  # when each processor's last task ends
+    proc = np.full(n, -1, np.int64)
+    start = np.zeros(n, np.int64)
+    end = np.zeros(n, np.int64)
+    ready = [(-keys[0], np.int64(0))]  # at most P tasks by key; typed for numba, then emptied
+    ready.pop()
+    fifo = np.zeros(n, np.int64)  # the others, in the order they became ready
+    head = tail = 0
+    het = don.shape[0] > 0
+    links = lnk.shape[0] > 0
+    gproc = np.full(max(0, group.max() + 1) if n else 0, -1, np.int64)
+    for t in range(n):
+        if indeg[t] == 0:
+            if len(ready) < P:
+                heapq.heappush(ready, (-keys[t], np.int64(t)))
+            else:
+                fifo[tail] = t
+                tail += 1
+    for _ in range(n):
+        _, t = heapq.heappop(ready)
+        if head < tail:
+            u = fifo[head]
+            head += 1
+            heapq.heappush(ready, (-keys[u], u))
+        second = -1
+        if group[t] >= 0 and gproc[group[t]] >= 0:
+            first = gproc[group[t]]
+        else:
+            first, least = -1, np.int64(0)
+            for q in range(P):
+                if allowed[t, q]:
+                    v = idle[q] + don[t, q] if het else idle[q]
+                    if first < 0 or v < least:
+                        first, least = q, v
+            last, enabling = np.int64(-1), -1
+            for k in range(pptr[t], pptr[t + 1]):
+                u = psrc[k]
+                if ends:
+                    c = end[u]
+                elif links:
+                    c = end[u] + pdel[k] * lnk[proc[u], first]
+                else:
+                    c = end[u] + pdel[k]
+                if c > last:
+                    last, enabling = c, proc[u]
+            if enabling >= 0 and enabling != first and allowed[t, enabling]:
+                second = enabling
+        bq, bf, bs = -1, np.int64(0), np.int64(0)
+        for i in range(2):
+            q = first if i == 0 else second
+            if q < 0:
+                continue
+            arrive = np.int64(0)  # `_arrival`
+            for k in range(pptr[t], pptr[t + 1]):
+                u = psrc[k]
+                pu = proc[u]
+                if pu == q:
+                    c = end[u]
+                elif links:
+                    c = end[u] + pdel[k] * lnk[pu, q]
+                else:
+                    c = end[u] + pdel[k]
+                if c > arrive:
+                    arrive = c
+            s = idle[q] if idle[q] > arrive else arrive
+            f = s + (don[t, q] if het else dur[t])
+            if ends:
+                better = bq < 0 or (f < bf if het else s < bs)
+            else:
+                better = bq < 0 or (f, s, q) < (bf, bs, bq)
+            if better:
+                bq, bf, bs = q, f, s
+        proc[t], start[t], end[t] = bq, bs, bf
+        idle[bq] = bf
+        if group[t] >= 0 and gproc[group[t]] < 0:
+            gproc[group[t]] = bq
+        for k in range(sptr[t], sptr[t + 1]):
+            v = stgt[k]
+            indeg[v] -= 1
+            if indeg[v] == 0:
+                if len(ready) < P:
+                    heapq.heappush(ready, (-keys[v], np.int64(v)))
+                else:
+                    fifo[tail] = v
+                    tail += 1
+    return proc, start
+
+
 def loop_inputs(problem: Problem) -> tuple:
     """`insert_loop`'s arguments before ``keys``: sizes, the edges as `_insert` reads them
     (`solvers.listsched.adjacency_arrays`), durations, per-processor durations and link factors
@@ -239,6 +337,12 @@ def main() -> None:
     ap.add_argument("--processors", type=_list, default=[4, 8, 32], help="processors (default 4,8,32)")
     ap.add_argument("--seeds", type=_count, default=3, help="instances per class (default 3)")
     ap.add_argument("--repeats", type=_count, default=10, help="timings per loop (default 10)")
+    ap.add_argument(
+        "--loop",
+        choices=["heft", "fcp", "fcp-ends"],
+        default="heft",
+        help="which loop: HEFT's insertion (`insert_loop`, default) or FCP's (`fcp_loop`, the paper's or saga's rule)",
+    )
     args = ap.parse_args()
     try:
         import numba
@@ -248,14 +352,37 @@ def main() -> None:
 
     global bisect_right  # compiled first: numba compiles the loop's calls to the module's function by that name
     bisect_right = numba.njit(cache=True)(bisect_right)
-    compiled = numba.njit(cache=True)(insert_loop)
+    ends = args.loop == "fcp-ends"
+    if args.loop == "heft":
+        loop = numba.njit(cache=True)(insert_loop)
+
+        def priority(p, allowed):
+            return upward_rank(p, allowed)
+
+        def ours(p, allowed, keys):
+            return _insert(p, allowed, keys)[0]
+
+        def compiled(inputs, keys, p):
+            return loop(*inputs, keys, *loop_options(p), MAX_GAPS)
+    else:
+        loop = numba.njit(cache=True)(fcp_loop)
+
+        def priority(p, allowed):
+            return fcp_priority(p, allowed)
+
+        def ours(p, allowed, keys):
+            return _fcp_place(p, allowed, keys, float("inf"), ends)
+
+        def compiled(inputs, keys, p):
+            return loop(*inputs, keys, ends)
+
     t = time.perf_counter()
     p, _ = instance("layered", 100, 4, 0)
-    compiled(*loop_inputs(p), upward_rank(p).astype(np.float64), *loop_options(p), MAX_GAPS)
+    compiled(loop_inputs(p), priority(p, effective_allowed(p)).astype(np.float64), p)
     first = time.perf_counter() - t
     versions = f"{platform.python_implementation()} {platform.python_version()}, numba {numba.__version__}"
     versions += f", numpy {np.__version__}"
-    print(f"# {platform.node()}, {versions}; first call {first:.2f} s (compiles, or reads its cache)")
+    print(f"# {args.loop}'s loop; {platform.node()}, {versions}; first call {first:.2f} s (compiles, or reads a cache)")
     print(
         f"# medians over {args.seeds} instances of each one's median of {args.repeats} timings (ms); min-max of those"
     )
@@ -264,36 +391,32 @@ def main() -> None:
     for kind, het in (("layered", False), ("erdos", False), ("layered", True), ("erdos", True)):
         for n in args.sizes:
             for P in args.processors:
-                rank, prep, ours, fast, same = [], [], [], [], True
+                rank, prep, slow, fast, same = [], [], [], [], True
                 for seed in range(args.seeds):
                     p, _ = instance(kind, n, P, seed, hetero=het)
                     allowed = effective_allowed(p)
-                    times, keys = _timed(lambda p=p, allowed=allowed: upward_rank(p, allowed), args.repeats)
+                    times, keys = _timed(lambda p=p, allowed=allowed: priority(p, allowed), args.repeats)
                     rank.append(statistics.median(times))
                     times, inputs = _timed(lambda p=p: loop_inputs(p), args.repeats)
                     prep.append(statistics.median(times))
-                    times, placed = _timed(lambda p=p, a=allowed, k=keys: _insert(p, a, k), args.repeats)
-                    ours.append(statistics.median(times))
+                    times, schedule = _timed(lambda p=p, a=allowed, k=keys: ours(p, a, k), args.repeats)
+                    slow.append(statistics.median(times))
                     k64 = keys.astype(np.float64)
-                    more = loop_options(p)
-                    times, (proc, start) = _timed(
-                        lambda i=inputs, k=k64, o=more: compiled(*i, k, *o, MAX_GAPS), args.repeats
-                    )
+                    times, (proc, start) = _timed(lambda i=inputs, k=k64, p=p: compiled(i, k, p), args.repeats)
                     fast.append(statistics.median(times))
-                    schedule = placed[0]
                     same &= np.array_equal(proc, schedule.processor) and np.array_equal(start, schedule.start)
 
                 def ms(xs):
                     return statistics.median(xs) * 1e3
 
-                spread = [f"({min(x) * 1e3:.3f}-{max(x) * 1e3:.3f})" for x in (ours, fast)]
+                spread = [f"({min(x) * 1e3:.3f}-{max(x) * 1e3:.3f})" for x in (slow, fast)]
                 cells = [kind + ("-het" if het else ""), f"{n:,}", P, f"{ms(rank):.2f}", f"{ms(prep):.2f}"]
                 cells += [
-                    f"{ms(ours):.2f}",
+                    f"{ms(slow):.2f}",
                     spread[0],
                     f"{ms(fast):.3f}",
                     spread[1],
-                    f"{ms(ours) / ms(fast):.0f}",
+                    f"{ms(slow) / ms(fast):.0f}",
                     same,
                 ]
                 print(" ".join(f"{str(c):{w}}" for c, w in zip(cells, WIDTHS, strict=True)), flush=True)

@@ -358,9 +358,7 @@ def _fcp(problem: Problem, name: str, objective: str, time_limit: float | None, 
     allowed = effective_allowed(problem)
 
     def keys() -> np.ndarray:
-        dur = mean_durations(problem, allowed)  # in 1/64 time steps, like the delays
-        delay = np.rint(problem.delay * (_mean_link(problem) * transfer_weight * 64)).astype(np.int64)
-        return longest_to_sinks(problem.topological_order(), problem.num_tasks, problem.edges, dur, delay) + dur
+        return fcp_priority(problem, allowed, transfer_weight)
 
     if infeasible_reason(problem, allowed) or has_memory_limits(problem):
         return _run(problem, name, objective, keys, None, time_limit)
@@ -379,6 +377,21 @@ def _fcp(problem: Problem, name: str, objective: str, time_limit: float | None, 
     value = placed.objective(problem, objective)
     status = "optimal" if value <= bound else "feasible"
     return Result(placed, status, value, bound, time.perf_counter() - t0, name, objective, {"variant": name})
+
+
+def fcp_priority(problem: Problem, allowed: np.ndarray, transfer_weight: float = 1.0) -> np.ndarray:
+    """FCP's priority: the bottom level, each task's mean duration plus the longest path after it,
+    every delay counted in full (times the mean link factor and ``transfer_weight``), in units of
+    1/64 of a time step.
+
+    >>> from solvers import Problem
+    >>> p = Problem(duration=[2, 3], num_processors=2, edges=[[0, 1]], delay=[1])
+    >>> (fcp_priority(p, effective_allowed(p)) / 64).tolist()
+    [6.0, 3.0]
+    """
+    dur = mean_durations(problem, allowed)  # in 1/64 time steps, like the delays
+    delay = np.rint(problem.delay * (_mean_link(problem) * transfer_weight * 64)).astype(np.int64)
+    return longest_to_sinks(problem.topological_order(), problem.num_tasks, problem.edges, dur, delay) + dur
 
 
 def _fcp_place(

@@ -1,4 +1,5 @@
-"""benchmarks/compiled_probe.py: its loop, run as plain Python, makes `_insert`'s schedules task by task."""
+"""benchmarks/compiled_probe.py: its loops, run as plain Python, make `_insert`'s and `_fcp_place`'s
+schedules task by task."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from hypothesis import strategies as st
 
 import solvers.listsched
 from solvers import Problem
+from solvers.heuristics import _fcp_place, fcp_priority
 from solvers.listsched import _insert, effective_allowed, infeasible_reason, upward_rank
 from tests.paths import benchmark
 from tests.solvers.strategies import heterogeneous, problems
@@ -88,3 +90,32 @@ def test_gaps_are_used():
 def test_inputs_refuse_memory_limits():
     with pytest.raises(ValueError, match="without memory limits"):
         PROBE.loop_inputs(Problem(duration=[1, 1], edges=[[0, 1]], mem_delta=[4, -4], capacity=[5]))
+
+
+def _same_fcp(problem: Problem, ends: bool, transfer_weight: float = 1.0) -> None:
+    allowed = effective_allowed(problem)
+    keys = fcp_priority(problem, allowed, transfer_weight)
+    expected = _fcp_place(problem, allowed, keys, float("inf"), ends)
+    proc, start = PROBE.fcp_loop(*PROBE.loop_inputs(problem), keys.astype(np.float64), ends)
+    assert proc.tolist() == expected.processor.tolist()
+    assert start.tolist() == expected.start.tolist()
+
+
+@pytest.mark.parametrize("ends", [False, True])
+@pytest.mark.parametrize("hetero", [False, True])
+@pytest.mark.parametrize("kind", ["layered", "erdos"])
+def test_fcp_loop_equals_fcp_place_on_the_benchmark(kind, hetero, ends):
+    bench = _module("solvers_bench")
+    for seed in range(4):
+        for processors in (2, 3, 5):
+            problem, _ = bench.instance(kind, 80, processors, seed, ccr=3.0, hetero=hetero)
+            _same_fcp(problem, ends, transfer_weight=(0.0, 1.0, 2.0)[seed % 3])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(problems(memory=False), heterogeneous(memory=False)), st.booleans())
+def test_fcp_loop_equals_fcp_place_on_random_problems(problem, ends):
+    """Groups, allowed sets, zero durations, unequal processors and links, both of FCP's rules."""
+    if infeasible_reason(problem, effective_allowed(problem)):
+        return  # `_fcp_place` is not run there
+    _same_fcp(problem, ends)
