@@ -1,4 +1,4 @@
-"""How much a compiled core would gain: HEFT's placement loop compiled with numba, against ours.
+"""How much a compiled core would gain: HEFT's and FCP's placement loops compiled with numba, against ours.
 
 Issue #19 asks for `best` at least 100 times faster than saga's HEFT from 100 to 5,000 tasks. Our
 solvers are Python: `best` runs about a dozen placement loops and then polishes, and at 100 tasks
@@ -12,15 +12,16 @@ pinned processors, PEFT's extra costs, HEFT's tie orders, uniform or per-process
 (``Problem.unrelated``) and link factors; like `_insert`, it is for problems without memory
 limits. Without numba the same function runs as plain Python (the tests check it against `_insert`
 that way, on random problems); `main` needs numba (``pip install '.[compiled]'``) and times plain
-HEFT.
+HEFT. `fcp_loop` is `solvers.heuristics._fcp_place` so (the loop behind `fcp`, its variants and
+`fcp_ends`, either rule); ``--loop fcp`` or ``--loop fcp-ends`` times it instead.
 
-Columns: our upward rank and the loop's inputs (``rank``, ``prep``; Python, run once per schedule
+Columns: our priority (upward rank, or FCP's) and the loop's inputs (``rank``, ``prep``; Python, run once per schedule
 either way), our loop and the compiled one (medians over ``--repeats`` timings, with their min-max,
 after one untimed call that compiles it or loads it from numba's cache), their ratio, and whether
 every schedule was the same. Medians over ``--seeds`` instances per class.
 
 Usage: python benchmarks/compiled_probe.py [--sizes 100,1000,5000] [--processors 4,8,32] [--seeds 3]
-                                            [--repeats 10]
+                                            [--repeats 10] [--loop heft|fcp|fcp-ends]
 """
 
 from __future__ import annotations
