@@ -22,15 +22,13 @@
 - `best`: `heft`, `list_schedule`, `cpop`, `peft` and `fcp` in turn within the time limit, then FCP
   and HEFT again with the transfers of their priority weighted 0 and 2 (`RANK_WEIGHTS`, candidates
   ``fcp-t0``, ``fcp-t2``, ``heft-t0`` and ``heft-t2``) and HEFT with 0.25 (`HEFT_RANK_WEIGHTS`,
-  ``heft-t0.25``), HEFT with the link cost averaged over
-  pairs that include a processor with itself (`pair_weight`, ``heft-pairs``), ``cpop-ends``
-  (`cpop_ends`, which wins where transfers dominate), ``fcp-ends`` (`fcp_ends`) and ``cpop-saga``
-  (`cpop_saga`). On unequal
-  processors or links, ``heft`` and ``heft-pairs`` run again with `TIE_ORDERS` random processor
-  orders breaking ties between equal finishes (``heft-ties<k>``, ``heft-pairs-ties<k>``). The
-  schedule of least objective is
-  then polished by moves on its critical chain (`solvers.polish.polish`, with the fixed effort
-  `POLISH_EFFORT`, so the result does not depend on the machine) and returned;
+  ``heft-t0.25``), HEFT with the link cost averaged over pairs that include a processor with
+  itself (`pair_weight`, ``heft-pairs``), ``cpop-ends`` (`cpop_ends`, which wins where transfers
+  dominate), ``fcp-ends`` (`fcp_ends`) and ``cpop-saga`` (`cpop_saga`). On unequal processors or
+  links, ``heft`` and ``heft-pairs`` run again with `TIE_ORDERS` random processor orders breaking
+  ties between equal finishes (``heft-ties<k>``, ``heft-pairs-ties<k>``). The schedule of least
+  objective is then polished by moves on its critical chain (`solvers.polish.polish`, with the
+  fixed effort `POLISH_EFFORT`, so the result does not depend on the machine) and returned;
   ``info["candidates"]`` lists what each gave (`candidates`, then ``polish``), and
   ``info["chosen"]`` names the heuristic, with ``+polish`` where polishing improved it.
 
