@@ -60,6 +60,25 @@ def bisect_right(row, m, x):
     return lo
 
 
+def arrival(t, q, pptr, psrc, pdel, proc, end, lnk):
+    """When task ``t``'s data is on processor ``q`` (`solvers.listsched._arrival`): its predecessors'
+    ends, plus each edge's delay (times the link factor, where ``lnk`` is not empty) where the
+    predecessor ran elsewhere."""
+    arrive = np.int64(0)
+    for k in range(pptr[t], pptr[t + 1]):
+        u = psrc[k]
+        pu = proc[u]
+        if pu == q:
+            c = end[u]
+        elif lnk.shape[0] > 0:
+            c = end[u] + pdel[k] * lnk[pu, q]
+        else:
+            c = end[u] + pdel[k]
+        if c > arrive:
+            arrive = c
+    return arrive
+
+
 def insert_loop(
     n, P, pptr, psrc, pdel, sptr, stgt, indeg0, dur, don, lnk, allowed, group, keys, pinned, extra, tie, max_gaps
 ):
@@ -85,7 +104,6 @@ def insert_loop(
             ready.append((-keys[t], np.int64(t)))
     heapq.heapify(ready)
     het = don.shape[0] > 0
-    links = lnk.shape[0] > 0
     costs = extra.shape[0] > 0
     gproc = np.full(max(0, group.max() + 1) if n else 0, -1, np.int64)  # each group's processor, once it has one
     while len(ready) > 0:
@@ -105,18 +123,7 @@ def insert_loop(
         for q in range(P):
             if (only >= 0 and q != only) or (only < 0 and not allowed[t, q]):
                 continue
-            arrive = np.int64(0)  # when its data is on q
-            for k in range(pptr[t], pptr[t + 1]):
-                u = psrc[k]
-                pu = proc[u]
-                if pu == q:
-                    c = end[u]
-                elif links:
-                    c = end[u] + pdel[k] * lnk[pu, q]
-                else:
-                    c = end[u] + pdel[k]
-                if c > arrive:
-                    arrive = c
+            arrive = arrival(t, q, pptr, psrc, pdel, proc, end, lnk)
             d = don[t, q] if het else dur[t]
             tq = tail[q]
             m = ng[q]
@@ -249,18 +256,7 @@ def fcp_loop(n, P, pptr, psrc, pdel, sptr, stgt, indeg0, dur, don, lnk, allowed,
             q = first if i == 0 else second
             if q < 0:
                 continue
-            arrive = np.int64(0)  # `_arrival`
-            for k in range(pptr[t], pptr[t + 1]):
-                u = psrc[k]
-                pu = proc[u]
-                if pu == q:
-                    c = end[u]
-                elif links:
-                    c = end[u] + pdel[k] * lnk[pu, q]
-                else:
-                    c = end[u] + pdel[k]
-                if c > arrive:
-                    arrive = c
+            arrive = arrival(t, q, pptr, psrc, pdel, proc, end, lnk)
             s = idle[q] if idle[q] > arrive else arrive
             f = s + (don[t, q] if het else dur[t])
             if ends:
@@ -351,8 +347,9 @@ def main() -> None:
         sys.exit("compiled_probe.py needs numba: pip install '.[compiled]'")
     from solvers_bench import instance
 
-    global bisect_right  # compiled first: numba compiles the loop's calls to the module's function by that name
+    global bisect_right, arrival  # compiled first: numba compiles the loops' calls to the module's functions by name
     bisect_right = numba.njit(cache=True)(bisect_right)
+    arrival = numba.njit(cache=True)(arrival)
     ends = args.loop == "fcp-ends"
     if args.loop == "heft":
         loop = numba.njit(cache=True)(insert_loop)
