@@ -13,7 +13,10 @@ pinned processors, PEFT's extra costs, HEFT's tie orders, uniform or per-process
 limits. Without numba the same function runs as plain Python (the tests check it against `_insert`
 that way, on random problems); `main` needs numba (``pip install '.[compiled]'``) and times plain
 HEFT. `fcp_loop` is `solvers.heuristics._fcp_place` so (the loop behind `fcp`, its variants and
-`fcp_ends`, either rule); ``--loop fcp`` or ``--loop fcp-ends`` times it instead.
+`fcp_ends`, either rule); ``--loop fcp`` or ``--loop fcp-ends`` times it instead. ``--loop
+heft-call`` times HEFT end to end instead: its upward rank (`rank_loop`) and placement in one
+compiled call (`heft_call`), plus the Python that builds its inputs (`call_inputs`), against our
+whole `heft` call and saga's HEFT's times in session 43's table (`end_to_end`).
 
 Columns: our priority (upward rank, or FCP's) and the loop's inputs (``rank``, ``prep``; Python, run once per schedule
 either way), our loop and the compiled one (medians over ``--repeats`` timings, with their min-max,
@@ -21,7 +24,7 @@ after one untimed call that compiles it or loads it from numba's cache), their r
 every schedule was the same. Medians over ``--seeds`` instances per class.
 
 Usage: python benchmarks/compiled_probe.py [--sizes 100,1000,5000] [--processors 4,8,32] [--seeds 3]
-                                            [--repeats 10] [--loop heft|fcp|fcp-ends]
+                                            [--repeats 10] [--loop heft|fcp|fcp-ends|heft-call]
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import numpy as np
 
 from layersched.cli.options import whole_number
 from solvers import Problem
+from solvers.graph import csr
 from solvers.heuristics import _fcp_place, fcp_priority
 from solvers.listsched import (
     MAX_GAPS,
@@ -281,6 +285,108 @@ def fcp_loop(n, P, pptr, psrc, pdel, sptr, stgt, indeg0, dur, don, lnk, allowed,
     return proc, start
 
 
+def rank_loop(n, P, src, dst, delay, dur, don, allowed, group, mean_link, transfer_weight, sptr, stgt, sedge, indeg0):
+    """`solvers.listsched.upward_rank` over flat arrays (`rank_inputs`, then ``transfer_weight``, then
+    `loop_inputs`'s successor lists with each one's edge index ``sedge``): each task's mean duration
+    over its allowed processors plus the longest path after it, an edge weighing its delay times
+    the chance that its tasks land apart (0 inside a group) times ``mean_link``, in 1/64 steps."""
+    count = np.zeros(n, np.int64)
+    mean = np.zeros(n, np.int64)  # `mean_durations`
+    for t in range(n):
+        total = np.int64(0)
+        for q in range(P):
+            if allowed[t, q]:
+                count[t] += 1
+                if don.shape[0] > 0:
+                    total += don[t, q]
+        if don.shape[0] > 0:
+            mean[t] = np.int64(np.rint(total * 64 / max(count[t], 1)))
+        else:
+            mean[t] = dur[t] * 64
+    weight = np.zeros(len(src), np.int64)  # `mean_delays`, times ``transfer_weight``
+    for e in range(len(src)):
+        u, v = src[e], dst[e]
+        common = 0
+        for q in range(P):
+            if allowed[u, q] and allowed[v, q]:
+                common += 1
+        differ = 1.0 - common / (count[u] * count[v])
+        if group[u] >= 0 and group[u] == group[v]:
+            differ = 0.0
+        w = np.rint(delay[e] * differ * mean_link * 64)
+        if transfer_weight != 1:
+            w = np.rint(w * transfer_weight)
+        weight[e] = np.int64(w)
+    order = np.zeros(n, np.int64)  # a topological order (Kahn's), then the longest paths backwards
+    indeg = indeg0.copy()
+    size = 0
+    for t in range(n):
+        if indeg[t] == 0:
+            order[size] = t
+            size += 1
+    i = 0
+    while i < size:
+        t = order[i]
+        i += 1
+        for k in range(sptr[t], sptr[t + 1]):
+            v = stgt[k]
+            indeg[v] -= 1
+            if indeg[v] == 0:
+                order[size] = v
+                size += 1
+    rank = np.zeros(n, np.int64)
+    for i in range(n - 1, -1, -1):
+        t = order[i]
+        tail = np.int64(0)
+        for k in range(sptr[t], sptr[t + 1]):
+            c = rank[stgt[k]] + weight[sedge[k]]
+            if c > tail:
+                tail = c
+        rank[t] = tail + mean[t]
+    return rank
+
+
+def rank_inputs(problem: Problem) -> tuple:
+    """`rank_loop`'s arguments before ``transfer_weight``: the edges as arrays, the delays, durations,
+    per-processor durations (empty where there are none), allowed processors, groups and the mean
+    link factor between two different processors."""
+    none = np.zeros((0, 0), np.int64)
+    don = problem.duration_on.astype(np.int64) if problem.duration_on is not None else none
+    src, dst = (np.ascontiguousarray(problem.edges[:, i], dtype=np.int64) for i in (0, 1))
+    P = problem.num_processors
+    link = problem.link_matrix()
+    mean_link = 1.0 if problem.link is None or P < 2 else float(link.sum() / (P * (P - 1)))
+    return (problem.num_tasks, P, src, dst, problem.delay.astype(np.int64), problem.duration.astype(np.int64), don,
+            effective_allowed(problem), problem.group.astype(np.int64), mean_link)  # fmt: skip
+
+
+def successor_edges(problem: Problem) -> np.ndarray:
+    """For each entry of the successor lists of `loop_inputs` (``sptr``, ``stgt``), its edge's index
+    in ``problem.edges``."""
+    return csr(problem.num_tasks, problem.edges[:, 0], problem.edges[:, 1])[2].astype(np.int64)
+
+
+def heft_call(
+    n, P, src, dst, delay, dur, don, allowed, group, mean_link, transfer_weight, sedge,
+    pptr, psrc, pdel, sptr, stgt, indeg0, lnk, pinned, extra, tie, max_gaps,
+):  # fmt: skip
+    """HEFT in one call: `rank_loop` (arguments as `rank_inputs`, ``transfer_weight``,
+    `successor_edges`), then `insert_loop` with that rank (`loop_inputs`' edges, the link factors,
+    `loop_options`, ``max_gaps``). Returns ``(processor, start)`` per task, as `heft` places them."""
+    keys = rank_loop(n, P, src, dst, delay, dur, don, allowed, group, mean_link, transfer_weight, sptr, stgt, sedge,
+                     indeg0).astype(np.float64)  # fmt: skip
+    return insert_loop(
+        n, P, pptr, psrc, pdel, sptr, stgt, indeg0, dur, don, lnk, allowed, group, keys, pinned, extra, tie, max_gaps
+    )
+
+
+def call_inputs(problem: Problem, transfer_weight: float = 1.0) -> tuple:
+    """`heft_call`'s arguments for ``problem`` (no memory limits), HEFT's own options."""
+    n, P, pptr, psrc, pdel, sptr, stgt, indeg, _, _, lnk, _, _ = loop_inputs(problem)
+    return (*rank_inputs(problem), transfer_weight, successor_edges(problem), pptr, psrc, pdel, sptr, stgt, indeg,
+            lnk, *loop_options(problem), MAX_GAPS)  # fmt: skip
+
+
 def loop_inputs(problem: Problem) -> tuple:
     """`insert_loop`'s arguments before ``keys``: sizes, the edges as `_insert` reads them
     (`solvers.listsched.adjacency_arrays`), durations, per-processor durations and link factors
@@ -328,6 +434,60 @@ def _count(text: str) -> int:
     return whole_number(text, least=1)
 
 
+def _saga_heft_ms() -> dict:
+    """saga's HEFT's median milliseconds per class in session 43's table (another day, another speed
+    of the VM: a ratio against it is a rough one)."""
+    import pathlib
+
+    path = pathlib.Path(__file__).parent / "results" / "solvers_saga_heft025-2core-vm.txt"
+    times = {}
+    for line in path.read_text().splitlines():
+        f = line.split()
+        if len(f) > 15 and f[0] in ("layered", "erdos", "layered-het", "erdos-het"):
+            times[f[0], int(f[1].replace(",", "")), int(f[2])] = float(f[11]) * 1e3
+    return times
+
+
+def end_to_end(args, call, instance, numba_version: str) -> None:
+    """``--loop heft-call``: our `heft` (the whole call: checks, rank, placement, bound, result)
+    against `call_inputs` (Python) plus `heft_call` compiled, and saga's HEFT from session 43's table."""
+    from solvers.listsched import heft
+
+    t = time.perf_counter()
+    p, _ = instance("layered", 100, 4, 0)
+    call(*call_inputs(p))
+    first = time.perf_counter() - t
+    versions = f"{platform.python_implementation()} {platform.python_version()}, numba {numba_version}"
+    print(f"# heft end to end; {platform.node()}, {versions}, numpy {np.__version__}; first call {first:.2f} s")
+    print(f"# medians over {args.seeds} instances of each one's median of {args.repeats} timings (ms)")
+    saga = _saga_heft_ms()
+    head = ["class", "tasks", "P", "our heft", "inputs", "call", "compiled", "ratio", "same"]
+    head += ["saga HEFT", "saga/compiled"]
+    widths = ["12", ">6", ">3", ">9", ">7", ">7", ">9", ">6", ">5", ">10", ">14"]
+    print(" ".join(f"{h:{w}}" for h, w in zip(head, widths, strict=True)))
+    for kind, het in (("layered", False), ("erdos", False), ("layered", True), ("erdos", True)):
+        for n in args.sizes:
+            for P in args.processors:
+                ours, prep, fast, same = [], [], [], True
+                for seed in range(args.seeds):
+                    p, _ = instance(kind, n, P, seed, hetero=het)
+                    times, result = _timed(lambda p=p: heft(p), args.repeats)
+                    ours.append(statistics.median(times))
+                    times, inputs = _timed(lambda p=p: call_inputs(p), args.repeats)
+                    prep.append(statistics.median(times))
+                    times, (proc, start) = _timed(lambda i=inputs: call(*i), args.repeats)
+                    fast.append(statistics.median(times))
+                    same &= np.array_equal(proc, result.schedule.processor)
+                    same &= np.array_equal(start, result.schedule.start)
+                name = kind + ("-het" if het else "")
+                o, i, c = (statistics.median(x) * 1e3 for x in (ours, prep, fast))
+                s = saga.get((name, n, P))
+                cells = [name, f"{n:,}", P, f"{o:.3f}", f"{i:.3f}", f"{c:.3f}", f"{i + c:.3f}"]
+                cells += [f"{o / (i + c):.0f}", same]
+                cells += [f"{s:.0f}" if s else "-", f"{s / (i + c):.0f}" if s else "-"]
+                print(" ".join(f"{str(x):{w}}" for x, w in zip(cells, widths, strict=True)), flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", type=_list, default=[100, 1000, 5000], help="tasks per instance (default 100,1000,5000)")
@@ -336,9 +496,10 @@ def main() -> None:
     ap.add_argument("--repeats", type=_count, default=10, help="timings per loop (default 10)")
     ap.add_argument(
         "--loop",
-        choices=["heft", "fcp", "fcp-ends"],
+        choices=["heft", "fcp", "fcp-ends", "heft-call"],
         default="heft",
-        help="which loop: HEFT's insertion (`insert_loop`, default) or FCP's (`fcp_loop`, the paper's or saga's rule)",
+        help="which loop: HEFT's insertion (`insert_loop`, default) or FCP's (`fcp_loop`, the paper's or saga's rule); "
+        "heft-call: HEFT end to end, its rank and placement in one compiled call (`heft_call`), against our `heft`",
     )
     args = ap.parse_args()
     try:
@@ -350,6 +511,12 @@ def main() -> None:
     global bisect_right, arrival  # compiled first: numba compiles the loops' calls to the module's functions by name
     bisect_right = numba.njit(cache=True)(bisect_right)
     arrival = numba.njit(cache=True)(arrival)
+    if args.loop == "heft-call":
+        global insert_loop, rank_loop
+        insert_loop = numba.njit(cache=True)(insert_loop)
+        rank_loop = numba.njit(cache=True)(rank_loop)
+        end_to_end(args, numba.njit(cache=True)(heft_call), instance, numba.__version__)
+        return
     ends = args.loop == "fcp-ends"
     if args.loop == "heft":
         loop = numba.njit(cache=True)(insert_loop)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 import solvers.listsched
 from solvers import Problem
 from solvers.heuristics import _fcp_place, fcp_priority
-from solvers.listsched import _insert, effective_allowed, infeasible_reason, upward_rank
+from solvers.listsched import _insert, effective_allowed, heft, infeasible_reason, upward_rank
 from tests.paths import benchmark
 from tests.solvers.strategies import heterogeneous, problems
 
@@ -119,3 +119,18 @@ def test_fcp_loop_equals_fcp_place_on_random_problems(problem, ends):
     if infeasible_reason(problem, effective_allowed(problem)):
         return  # `_fcp_place` is not run there
     _same_fcp(problem, ends)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(problems(memory=False), heterogeneous(memory=False)), st.sampled_from([1.0, 0.0, 0.25, 2 / 3, 2.0]))
+def test_rank_loop_equals_upward_rank_and_heft_call_equals_heft(problem, weight):
+    """Groups, allowed sets, unequal processors and links, HEFT's and `best`'s transfer weights."""
+    if infeasible_reason(problem, effective_allowed(problem)):
+        return  # `heft` places nothing there
+    _, _, _, _, _, sptr, stgt, indeg, *_ = PROBE.loop_inputs(problem)
+    rank = PROBE.rank_loop(*PROBE.rank_inputs(problem), weight, sptr, stgt, PROBE.successor_edges(problem), indeg)
+    assert rank.tolist() == upward_rank(problem, transfer_weight=weight).tolist()
+    proc, start = PROBE.heft_call(*PROBE.call_inputs(problem, weight))
+    expected = heft(problem, priority=upward_rank(problem, transfer_weight=weight)).schedule
+    assert proc.tolist() == expected.processor.tolist()
+    assert start.tolist() == expected.start.tolist()
