@@ -93,9 +93,9 @@ def insert_loop(
     ``extra[t, q]`` where given; ties: the earlier finish, the earlier start, the least ``tie[q]``,
     the lower index), into the earliest idle gap there that holds it after its data arrives.
     Where links are uniform (no ``lnk``), when the data is on each processor is found for all of them
-    in O(predecessors + P), not O(predecessors * P) as `_insert` does: the latest end of the
-    predecessors on each processor, and the latest message from elsewhere (the latest one, or the
-    latest from another processor than its). Returns ``(processor, start)`` per task."""
+    in O(predecessors + P), as `_insert` does: the latest message (end plus delay) is there
+    everywhere but on its own processor, where the latest of the local ends and the other messages
+    is. Returns ``(processor, start)`` per task."""
     indeg = indeg0.copy()
     gs = np.zeros((P, max_gaps + 1), np.int64)  # each processor's idle gaps by time: starts, ends
     ge = np.zeros((P, max_gaps + 1), np.int64)
@@ -113,7 +113,6 @@ def insert_loop(
     het = don.shape[0] > 0
     costs = extra.shape[0] > 0
     uniform = lnk.shape[0] == 0  # one delay per edge between any two processors
-    local = np.zeros(P, np.int64)  # the latest end of the placing task's predecessors on each processor
     gproc = np.full(max(0, group.max() + 1) if n else 0, -1, np.int64)  # each group's processor, once it has one
     while len(ready) > 0:
         _, t = heapq.heappop(ready)
@@ -128,27 +127,23 @@ def insert_loop(
                     only = q
             if count > 1:
                 only = pinned[t]
-        if uniform:  # when its data is on q, for every q in O(preds + P): see below
+        if uniform:  # `_insert`'s equal links: the data is on every processor but top_q by top, on top_q by other
             top, top_q, other = np.int64(0), -1, np.int64(0)
             for k in range(pptr[t], pptr[t + 1]):
                 u = psrc[k]
-                if end[u] > local[proc[u]]:
-                    local[proc[u]] = end[u]
                 if end[u] + pdel[k] > top:
                     top, top_q = end[u] + pdel[k], proc[u]
             for k in range(pptr[t], pptr[t + 1]):
                 u = psrc[k]
-                if proc[u] != top_q and end[u] + pdel[k] > other:
-                    other = end[u] + pdel[k]
+                c = end[u] if proc[u] == top_q else end[u] + pdel[k]
+                if c > other:
+                    other = c
         bc, bf, bs, bq = 0.0, np.int64(-1), np.int64(-1), np.int64(-1)
         for q in range(P):
             if (only >= 0 and q != only) or (only < 0 and not allowed[t, q]):
                 continue
-            if uniform:  # its predecessors on q, and the latest message from elsewhere
-                arrive = local[q]
-                far = other if q == top_q else top
-                if far > arrive:
-                    arrive = far
+            if uniform:
+                arrive = other if q == top_q else top
             else:
                 arrive = arrival(t, q, pptr, psrc, pdel, proc, end, lnk)
             d = don[t, q] if het else dur[t]
@@ -177,9 +172,6 @@ def insert_loop(
             if bq < 0 or (c, f, s, tie[q]) < (bc, bf, bs, tie[bq]):
                 bc, bf, bs, bq = c, f, s, q
         q, s, f = bq, bs, bf
-        if uniform:
-            for k in range(pptr[t], pptr[t + 1]):
-                local[proc[psrc[k]]] = 0
         m = ng[q]  # `_occupy`
         if s >= tail[q]:  # after its last task: a new gap before it where it waits
             if s > tail[q]:
