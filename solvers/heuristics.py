@@ -338,8 +338,8 @@ def fcp_ends(problem: Problem, /, *, objective: str = "makespan", time_limit: fl
     comes idle first keeps a tie of start times (on heterogeneous processors: of finish times).
     `best` runs it as ``fcp-ends``. On equal processors this gave saga's FCP's makespan on each of
     the 12 layered 100-task instances tried (4, 8 and 32 processors, seeds 0-3), where `fcp` gave
-    the same on 3 of the 12 and differed by up to 15 on the others (32 processors, seed 2: 220 against
-    saga's 205). It took `best`'s candidates to saga's best heuristic without polishing on the two
+    the same on 1 of the 12 and differed by -5 to +15 on the others (32 processors, seed 2: 220
+    against saga's 205). It took `best`'s candidates to saga's best heuristic without polishing on the two
     classes of `benchmarks/solvers_bench.py` where they had stayed above it (layered, 100 and 1,000
     tasks on 32 processors: 215 to 205 and 725 to 720, saga's FCP 205 and 720; medians of seeds
     0-2). O(V (P + log P) + E), like `fcp`.
