@@ -16,7 +16,8 @@ HEFT. `fcp_loop` is `solvers.heuristics._fcp_place` so (the loop behind `fcp`, i
 `fcp_ends`, either rule); ``--loop fcp`` or ``--loop fcp-ends`` times it instead. ``--loop
 heft-call`` times HEFT end to end instead: its upward rank (`rank_loop`) and placement in one
 compiled call (`heft_call`), plus the Python that builds its inputs (`call_inputs`), against our
-whole `heft` call and saga's HEFT's times in session 43's table (`end_to_end`).
+whole `heft` call and saga's HEFT's times in session 43's table (`end_to_end`); ``--loop fcp-call``
+and ``--loop fcp-ends-call`` the same for `fcp` and `fcp_ends` (`fcp_call`, `fcp_call_inputs`).
 
 Columns: our priority (upward rank, or FCP's) and the loop's inputs (``rank``, ``prep``; Python, run once per schedule
 either way), our loop and the compiled one (medians over ``--repeats`` timings, with their min-max,
@@ -24,7 +25,8 @@ after one untimed call that compiles it or loads it from numba's cache), their r
 every schedule was the same. Medians over ``--seeds`` instances per class.
 
 Usage: python benchmarks/compiled_probe.py [--sizes 100,1000,5000] [--processors 4,8,32] [--seeds 3]
-                                            [--repeats 10] [--loop heft|fcp|fcp-ends|heft-call]
+                                            [--repeats 10]
+                                            [--loop heft|fcp|fcp-ends|heft-call|fcp-call|fcp-ends-call]
 """
 
 from __future__ import annotations
@@ -303,11 +305,14 @@ def fcp_loop(n, P, pptr, psrc, pdel, sptr, stgt, indeg0, dur, don, lnk, allowed,
     return proc, start
 
 
-def rank_loop(n, P, src, dst, delay, dur, don, allowed, group, mean_link, transfer_weight, sptr, stgt, sedge, indeg0):
+def rank_loop(
+    n, P, src, dst, delay, dur, don, allowed, group, mean_link, transfer_weight, sptr, stgt, sedge, indeg0, full
+):
     """`solvers.listsched.upward_rank` over flat arrays (`rank_inputs`, then ``transfer_weight``, then
     `loop_inputs`'s successor lists with each one's edge index ``sedge``): each task's mean duration
     over its allowed processors plus the longest path after it, an edge weighing its delay times
-    the chance that its tasks land apart (0 inside a group) times ``mean_link``, in 1/64 steps."""
+    the chance that its tasks land apart (0 inside a group) times ``mean_link``, in 1/64 steps.
+    With ``full``, FCP's priority (`solvers.heuristics.fcp_priority`): every delay counted in full."""
     count = np.zeros(n, np.int64)
     mean = np.zeros(n, np.int64)  # `mean_durations`
     for t in range(n):
@@ -323,6 +328,9 @@ def rank_loop(n, P, src, dst, delay, dur, don, allowed, group, mean_link, transf
             mean[t] = dur[t] * 64
     weight = np.zeros(len(src), np.int64)  # `mean_delays`, times ``transfer_weight``
     for e in range(len(src)):
+        if full:
+            weight[e] = np.int64(np.rint(delay[e] * (mean_link * transfer_weight * 64)))
+            continue
         u, v = src[e], dst[e]
         common = 0
         for q in range(P):
@@ -392,7 +400,7 @@ def heft_call(
     `successor_edges`), then `insert_loop` with that rank (`loop_inputs`' edges, the link factors,
     `loop_options`, ``max_gaps``). Returns ``(processor, start)`` per task, as `heft` places them."""
     keys = rank_loop(n, P, src, dst, delay, dur, don, allowed, group, mean_link, transfer_weight, sptr, stgt, sedge,
-                     indeg0).astype(np.float64)  # fmt: skip
+                     indeg0, False).astype(np.float64)  # fmt: skip
     return insert_loop(
         n, P, pptr, psrc, pdel, sptr, stgt, indeg0, dur, don, lnk, allowed, group, keys, pinned, extra, tie, max_gaps
     )
@@ -403,6 +411,24 @@ def call_inputs(problem: Problem, transfer_weight: float = 1.0) -> tuple:
     n, P, pptr, psrc, pdel, sptr, stgt, indeg, _, _, lnk, _, _ = loop_inputs(problem)
     return (*rank_inputs(problem), transfer_weight, successor_edges(problem), pptr, psrc, pdel, sptr, stgt, indeg,
             lnk, *loop_options(problem), MAX_GAPS)  # fmt: skip
+
+
+def fcp_call(
+    n, P, src, dst, delay, dur, don, allowed, group, mean_link, transfer_weight, sedge,
+    pptr, psrc, pdel, sptr, stgt, indeg0, lnk, ends,
+):  # fmt: skip
+    """FCP in one call: its priority (`rank_loop` with ``full``), then `fcp_loop` (``ends``: saga's
+    rule). Arguments as `fcp_call_inputs`; returns ``(processor, start)`` per task."""
+    keys = rank_loop(n, P, src, dst, delay, dur, don, allowed, group, mean_link, transfer_weight, sptr, stgt, sedge,
+                     indeg0, True).astype(np.float64)  # fmt: skip
+    return fcp_loop(n, P, pptr, psrc, pdel, sptr, stgt, indeg0, dur, don, lnk, allowed, group, keys, ends)
+
+
+def fcp_call_inputs(problem: Problem, transfer_weight: float = 1.0, ends: bool = False) -> tuple:
+    """`fcp_call`'s arguments for ``problem`` (no memory limits)."""
+    n, P, pptr, psrc, pdel, sptr, stgt, indeg, _, _, lnk, _, _ = loop_inputs(problem)
+    return (*rank_inputs(problem), transfer_weight, successor_edges(problem), pptr, psrc, pdel, sptr, stgt, indeg,
+            lnk, ends)  # fmt: skip
 
 
 def loop_inputs(problem: Problem) -> tuple:
@@ -466,20 +492,20 @@ def _saga_heft_ms() -> dict:
     return times
 
 
-def end_to_end(args, call, instance, numba_version: str) -> None:
-    """``--loop heft-call``: our `heft` (the whole call: checks, rank, placement, bound, result)
-    against `call_inputs` (Python) plus `heft_call` compiled, and saga's HEFT from session 43's table."""
-    from solvers.listsched import heft
-
+def end_to_end(args, call, inputs_of, ours_of, instance, numba_version: str) -> None:
+    """``--loop heft-call`` (``fcp-call``, ``fcp-ends-call``): our solver's whole call (``ours_of``:
+    checks, priority, placement, bound, result) against ``inputs_of`` (Python) plus ``call``
+    compiled, and saga's HEFT from session 43's table."""
     t = time.perf_counter()
     p, _ = instance("layered", 100, 4, 0)
-    call(*call_inputs(p))
+    call(*inputs_of(p))
     first = time.perf_counter() - t
     versions = f"{platform.python_implementation()} {platform.python_version()}, numba {numba_version}"
-    print(f"# heft end to end; {platform.node()}, {versions}, numpy {np.__version__}; first call {first:.2f} s")
+    name = args.loop.removesuffix("-call")
+    print(f"# {name} end to end; {platform.node()}, {versions}, numpy {np.__version__}; first call {first:.2f} s")
     print(f"# medians over {args.seeds} instances of each one's median of {args.repeats} timings (ms)")
     saga = _saga_heft_ms()
-    head = ["class", "tasks", "P", "our heft", "inputs", "call", "compiled", "ratio", "same"]
+    head = ["class", "tasks", "P", f"our {name}", "inputs", "call", "compiled", "ratio", "same"]
     head += ["saga HEFT", "saga/compiled"]
     widths = ["12", ">6", ">3", ">9", ">7", ">7", ">9", ">6", ">5", ">10", ">14"]
     print(" ".join(f"{h:{w}}" for h, w in zip(head, widths, strict=True)))
@@ -489,9 +515,9 @@ def end_to_end(args, call, instance, numba_version: str) -> None:
                 ours, prep, fast, same = [], [], [], True
                 for seed in range(args.seeds):
                     p, _ = instance(kind, n, P, seed, hetero=het)
-                    times, result = _timed(lambda p=p: heft(p), args.repeats)
+                    times, result = _timed(lambda p=p: ours_of(p), args.repeats)
                     ours.append(statistics.median(times))
-                    times, inputs = _timed(lambda p=p: call_inputs(p), args.repeats)
+                    times, inputs = _timed(lambda p=p: inputs_of(p), args.repeats)
                     prep.append(statistics.median(times))
                     times, (proc, start) = _timed(lambda i=inputs: call(*i), args.repeats)
                     fast.append(statistics.median(times))
@@ -514,10 +540,11 @@ def main() -> None:
     ap.add_argument("--repeats", type=_count, default=10, help="timings per loop (default 10)")
     ap.add_argument(
         "--loop",
-        choices=["heft", "fcp", "fcp-ends", "heft-call"],
+        choices=["heft", "fcp", "fcp-ends", "heft-call", "fcp-call", "fcp-ends-call"],
         default="heft",
         help="which loop: HEFT's insertion (`insert_loop`, default) or FCP's (`fcp_loop`, the paper's or saga's rule); "
-        "heft-call: HEFT end to end, its rank and placement in one compiled call (`heft_call`), against our `heft`",
+        "heft-call (fcp-call, fcp-ends-call): HEFT (FCP) end to end, its priority and placement in one compiled call "
+        "(`heft_call`, `fcp_call`), against our `heft` (`fcp`, `fcp_ends`)",
     )
     args = ap.parse_args()
     try:
@@ -529,11 +556,22 @@ def main() -> None:
     global bisect_right, arrival  # compiled first: numba compiles the loops' calls to the module's functions by name
     bisect_right = numba.njit(cache=True)(bisect_right)
     arrival = numba.njit(cache=True)(arrival)
-    if args.loop == "heft-call":
-        global insert_loop, rank_loop
-        insert_loop = numba.njit(cache=True)(insert_loop)
-        rank_loop = numba.njit(cache=True)(rank_loop)
-        end_to_end(args, numba.njit(cache=True)(heft_call), instance, numba.__version__)
+    if args.loop.endswith("-call"):
+        from solvers.heuristics import fcp, fcp_ends
+        from solvers.listsched import heft
+
+        global insert_loop, fcp_loop, rank_loop
+        insert_loop, fcp_loop, rank_loop = (numba.njit(cache=True)(f) for f in (insert_loop, fcp_loop, rank_loop))
+        if args.loop == "heft-call":
+            call, inputs_of, ours_of = heft_call, call_inputs, heft
+        else:
+            ends = args.loop == "fcp-ends-call"
+
+            def inputs_of(p):
+                return fcp_call_inputs(p, 1.0, ends)
+
+            call, ours_of = fcp_call, fcp_ends if ends else fcp
+        end_to_end(args, numba.njit(cache=True)(call), inputs_of, ours_of, instance, numba.__version__)
         return
     ends = args.loop == "fcp-ends"
     if args.loop == "heft":

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import solvers.listsched
 from solvers import Problem
-from solvers.heuristics import _fcp_place, fcp_priority
+from solvers.heuristics import _fcp_place, fcp, fcp_ends, fcp_priority
 from solvers.listsched import _insert, effective_allowed, heft, infeasible_reason, upward_rank
 from tests.paths import benchmark
 from tests.solvers.strategies import heterogeneous, problems
@@ -128,9 +128,26 @@ def test_rank_loop_equals_upward_rank_and_heft_call_equals_heft(problem, weight)
     if infeasible_reason(problem, effective_allowed(problem)):
         return  # `heft` places nothing there
     _, _, _, _, _, sptr, stgt, indeg, *_ = PROBE.loop_inputs(problem)
-    rank = PROBE.rank_loop(*PROBE.rank_inputs(problem), weight, sptr, stgt, PROBE.successor_edges(problem), indeg)
+    edges = PROBE.successor_edges(problem)
+    rank = PROBE.rank_loop(*PROBE.rank_inputs(problem), weight, sptr, stgt, edges, indeg, False)
     assert rank.tolist() == upward_rank(problem, transfer_weight=weight).tolist()
+    full = PROBE.rank_loop(*PROBE.rank_inputs(problem), weight, sptr, stgt, edges, indeg, True)
+    assert full.tolist() == fcp_priority(problem, effective_allowed(problem), weight).tolist()
     proc, start = PROBE.heft_call(*PROBE.call_inputs(problem, weight))
     expected = heft(problem, priority=upward_rank(problem, transfer_weight=weight)).schedule
+    assert proc.tolist() == expected.processor.tolist()
+    assert start.tolist() == expected.start.tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(problems(memory=False), heterogeneous(memory=False)), st.sampled_from([1.0, 0.0, 2.0]), st.booleans())
+def test_fcp_call_equals_fcp_and_fcp_ends(problem, weight, ends):
+    if infeasible_reason(problem, effective_allowed(problem)):
+        return  # FCP places nothing there
+    proc, start = PROBE.fcp_call(*PROBE.fcp_call_inputs(problem, weight, ends))
+    expected = (fcp_ends(problem) if ends else fcp(problem, transfer_weight=weight)).schedule
+    if ends and weight != 1.0:  # `fcp_ends` has weight 1 only
+        allowed = effective_allowed(problem)
+        expected = _fcp_place(problem, allowed, fcp_priority(problem, allowed, weight), float("inf"), True)
     assert proc.tolist() == expected.processor.tolist()
     assert start.tolist() == expected.start.tolist()
