@@ -237,12 +237,13 @@ def cpop_saga(problem: Problem, /, *, objective: str = "makespan", time_limit: f
     """
     allowed = effective_allowed(problem)
 
-    def keys() -> np.ndarray:
+    def keys() -> np.ndarray:  # both ranks over the same weights, as `upward_rank` rounds them
         weight = problem.num_processors / (problem.num_processors + 1)
         dur = mean_durations(problem, allowed)
         delay = np.rint(mean_delays(problem, allowed) * weight).astype(np.int64)
-        down = longest_from_sources(problem.topological_order(), problem.num_tasks, problem.edges, dur, delay)
-        return upward_rank(problem, allowed, weight) + down + dur
+        order, n, edges = problem.topological_order(), problem.num_tasks, problem.edges
+        up = longest_to_sinks(order, n, edges, dur, delay) + dur  # `upward_rank(problem, allowed, weight)`
+        return up + longest_from_sources(order, n, edges, dur, delay) + dur
 
     return _run(problem, "cpop-saga", objective, keys, None, time_limit)
 
@@ -448,9 +449,10 @@ def _fcp_place(
         for q in cands:
             s = max(idle[q], _arrival(t, q, pptr, psrc, pdel, proc, end, lnk))
             d = dur[t] if don is None else don[t][q]
-            if ends:  # the first candidate keeps ties
-                if best is None or (s + d if don is not None else s) < best[0]:
-                    best = (s + d if don is not None else s, s, q)
+            if ends:  # by start (finish on unequal processors); the first candidate keeps ties
+                v = s + d if don is not None else s
+                if best is None or v < best[0]:
+                    best = (v, s, q)
             elif best is None or (s + d, s, q) < best:
                 best = (s + d, s, q)
         _, s, q = best
