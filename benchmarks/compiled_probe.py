@@ -47,6 +47,7 @@ from solvers.heuristics import _fcp_place, fcp_priority
 from solvers.listsched import (
     MAX_GAPS,
     _insert,
+    _mean_link,
     adjacency_arrays,
     effective_allowed,
     has_memory_limits,
@@ -372,18 +373,13 @@ def rank_loop(
     return rank
 
 
-def rank_inputs(problem: Problem) -> tuple:
-    """`rank_loop`'s arguments before ``transfer_weight``: the edges as arrays, the delays, durations,
-    per-processor durations (empty where there are none), allowed processors, groups and the mean
-    link factor between two different processors."""
-    none = np.zeros((0, 0), np.int64)
-    don = problem.duration_on.astype(np.int64) if problem.duration_on is not None else none
+def rank_inputs(problem: Problem, inputs: tuple | None = None) -> tuple:
+    """`rank_loop`'s arguments before ``transfer_weight``: the edges as arrays, the delays, and from
+    `loop_inputs` (``inputs``, when already built) the durations, per-processor durations, allowed
+    processors and groups; then the mean link factor between two different processors."""
+    n, P, _, _, _, _, _, _, dur, don, _, allowed, group = loop_inputs(problem) if inputs is None else inputs
     src, dst = (np.ascontiguousarray(problem.edges[:, i], dtype=np.int64) for i in (0, 1))
-    P = problem.num_processors
-    link = problem.link_matrix()
-    mean_link = 1.0 if problem.link is None or P < 2 else float(link.sum() / (P * (P - 1)))
-    return (problem.num_tasks, P, src, dst, problem.delay.astype(np.int64), problem.duration.astype(np.int64), don,
-            effective_allowed(problem), problem.group.astype(np.int64), mean_link)  # fmt: skip
+    return n, P, src, dst, problem.delay.astype(np.int64), dur, don, allowed, group, _mean_link(problem)
 
 
 def successor_edges(problem: Problem) -> np.ndarray:
@@ -406,11 +402,17 @@ def heft_call(
     )
 
 
+def _call_head(problem: Problem, transfer_weight: float) -> tuple:
+    """The arguments `heft_call` and `fcp_call` share, `loop_inputs` built once."""
+    inputs = loop_inputs(problem)
+    _, _, pptr, psrc, pdel, sptr, stgt, indeg, _, _, lnk, _, _ = inputs
+    return (*rank_inputs(problem, inputs), transfer_weight, successor_edges(problem), pptr, psrc, pdel, sptr, stgt,
+            indeg, lnk)  # fmt: skip
+
+
 def call_inputs(problem: Problem, transfer_weight: float = 1.0) -> tuple:
     """`heft_call`'s arguments for ``problem`` (no memory limits), HEFT's own options."""
-    n, P, pptr, psrc, pdel, sptr, stgt, indeg, _, _, lnk, _, _ = loop_inputs(problem)
-    return (*rank_inputs(problem), transfer_weight, successor_edges(problem), pptr, psrc, pdel, sptr, stgt, indeg,
-            lnk, *loop_options(problem), MAX_GAPS)  # fmt: skip
+    return (*_call_head(problem, transfer_weight), *loop_options(problem), MAX_GAPS)
 
 
 def fcp_call(
@@ -426,9 +428,7 @@ def fcp_call(
 
 def fcp_call_inputs(problem: Problem, transfer_weight: float = 1.0, ends: bool = False) -> tuple:
     """`fcp_call`'s arguments for ``problem`` (no memory limits)."""
-    n, P, pptr, psrc, pdel, sptr, stgt, indeg, _, _, lnk, _, _ = loop_inputs(problem)
-    return (*rank_inputs(problem), transfer_weight, successor_edges(problem), pptr, psrc, pdel, sptr, stgt, indeg,
-            lnk, ends)  # fmt: skip
+    return (*_call_head(problem, transfer_weight), ends)
 
 
 def loop_inputs(problem: Problem) -> tuple:
