@@ -26,6 +26,7 @@ _SOLVERS: dict[str, str] = {
     "peft": "solvers.heuristics:peft",
     "fcp": "solvers.heuristics:fcp",
     "best": "solvers.heuristics:best",
+    "quick": "solvers.heuristics:quick",
     "cpsat": "solvers.cpsat:cpsat",
     "lns": "solvers.lns:cpsat_lns",
     "ils": "solvers.ils:ils",
