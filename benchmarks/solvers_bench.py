@@ -248,7 +248,7 @@ def against_saga(
 ) -> None:
     """Per instance class (kind, equal or heterogeneous processors, tasks, processors), the median
     over ``seeds`` seeds of makespan and seconds: ours (``best``: `solvers.heuristics.candidates`;
-    ``quick``: its subset `solvers.heuristics.QUICK`, not polished; ``list`` and ``heft`` alone) against saga's
+    and ``list`` and ``heft`` alone) against saga's
     HEFT, CPoP and FCP, with our lower bound. With ``lns`` seconds, also CP-SAT LNS from best's
     schedule, with 1 worker, and its proven bound (on heterogeneous processors, that of
     `solvers.bounds`: LNS makes no whole-problem CP-SAT call there). With
@@ -258,18 +258,18 @@ def against_saga(
     ratio of communication to computation (`instance`)."""
     from statistics import median
 
-    from solvers.heuristics import best, quick
+    from solvers.heuristics import best
     from solvers.listsched import heft
 
     algorithms = ("HEFT", "CPoP", "FCP")
-    head = ["class", "tasks", "P", "bound", "ours best", "s", "ours quick", "s", "ours heft", "s", "ours list", "s"]
+    head = ["class", "tasks", "P", "bound", "ours best", "s", "ours heft", "s", "ours list", "s"]
     head += [c for a in algorithms for c in (f"saga {a}", "s")]
-    head += ["best/saga best", "quick/saga best", "saga HEFT s / ours best s", "/ ours quick s", "/ ours list s"]
+    head += ["best/saga best", "saga HEFT s / ours best s", "/ ours list s"]
     if lns:
         head += [f"ours lns {lns:g}s", "lns bound", "lns/saga best", "lns < best"]
     if ils:
         head += ["ils", "s", "ils/saga best"]
-    rows, wins, quick_wins, ils_wins = [], 0, 0, 0
+    rows, wins, ils_wins = [], 0, 0
     lns_better = lns_room = 0  # instances where LNS improved on best / where best was above its bound
     for label in classes:
         kind, hetero = label.split("-")[0], label.endswith("-het")
@@ -278,7 +278,7 @@ def against_saga(
                 cells: dict[str, list] = {}
                 for seed in range(seeds):
                     problem, saga = instance(kind, n, P, seed, ccr=ccr, hetero=hetero)
-                    for name, run in (("best", best), ("quick", quick), ("heft", heft), ("list", list_schedule)):
+                    for name, run in (("best", best), ("heft", heft), ("list", list_schedule)):
                         fresh = dataclasses.replace(problem)  # what a problem computes once is not shared between runs
                         t0 = time.perf_counter()
                         result = run(fresh)
@@ -317,16 +317,14 @@ def against_saga(
 
                 saga_best = [med(a, 1) for a in algorithms if med(a, 1) is not None]
                 ratio = med("best", 1) / min(saga_best) if saga_best else None
-                quick_ratio = med("quick", 1) / min(saga_best) if saga_best else None
-                saga_heft = med("HEFT", 0)
-                speeds = [saga_heft / med(k, 0) if saga_heft is not None else None for k in ("best", "quick", "list")]
+                speed = med("HEFT", 0) / med("best", 0) if med("HEFT", 0) is not None else None
+                fast = med("HEFT", 0) / med("list", 0) if med("HEFT", 0) is not None else None
                 wins += ratio is not None and ratio <= 1
-                quick_wins += quick_ratio is not None and quick_ratio <= 1
                 row = [label, f"{n:,}", str(P), show(med("bound", 1)), show(med("best", 1)), show(med("best", 0), True)]
-                row += [c for k in ("quick", "heft", "list") for c in (show(med(k, 1)), show(med(k, 0), True))]
+                row += [c for k in ("heft", "list") for c in (show(med(k, 1)), show(med(k, 0), True))]
                 row += [c for a in algorithms for c in (show(med(a, 1)), show(med(a, 0), True))]
-                row += [f"{x:.3f}" if x is not None else "-" for x in (ratio, quick_ratio)]
-                row += [f"{x:.0f}x" if x is not None else "-" for x in speeds]
+                row += [f"{ratio:.3f}" if ratio is not None else "-"]
+                row += [f"{x:.0f}x" if x is not None else "-" for x in (speed, fast)]
                 if lns and "lns" in cells:
                     row += [show(med("lns", 1)), show(med("lns", 0)), f"{med('lns', 1) / min(saga_best):.3f}"]
                     marks = cells["lns<"]
@@ -346,7 +344,6 @@ def against_saga(
     for r in [head, ["-" * w for w in widths], *rows]:
         print("  ".join(x.rjust(w) if c > 1 else x.ljust(w) for c, (x, w) in enumerate(zip(r, widths, strict=True))))
     print(f"\nmedians over {seeds} seeds; ours at most saga's best heuristic on {wins} of {len(rows)} classes")
-    print(f"quick at most saga's best heuristic on {quick_wins} of {len(rows)} classes")
     if ils:
         print(f"ils at most saga's best heuristic on {ils_wins} of {len(rows)} classes")
     if lns:

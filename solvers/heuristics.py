@@ -612,36 +612,6 @@ def best(problem: Problem, /, *, objective: str = "makespan", time_limit: float 
     >>> best(Problem(duration=[3, 1, 1], num_processors=2)).info["chosen"]
     'heft'
     """
-    return _least(problem, candidates(problem), "best", objective, time_limit, polishing=True)
-
-
-QUICK = ("heft", "list", "heft-t0.25", "fcp-ends", "heft-pairs-ties2")
-"""`quick`'s candidates, a subset of `best`'s (``heft-pairs-ties2`` runs on unequal processors or links
-only, as in `best`). The fewest of `best`'s candidates whose least makespan was at most saga's best
-heuristic's (median over seeds 0-2) on every one of the 36 issue classes of
-`benchmarks/solvers_bench.py` (4 kinds, 100 / 1,000 / 5,000 tasks, 4 / 8 / 32 processors): of all
-subsets of four, none did; of five, two did, and this one also on all 16 held-out classes (300 and
-2,000 tasks on 2 and 16 processors), the other on 15. Session 62,
-`benchmarks/results/quick_subset-s62-2core-vm.txt`."""
-
-
-def quick(problem: Problem, /, *, objective: str = "makespan", time_limit: float | None = None) -> Result:
-    """`best`'s candidates `QUICK` only, without polishing: the least objective among ``heft``,
-    ``list``, ``heft-t0.25``, ``fcp-ends`` and (on unequal processors or links, without memory limits)
-    ``heft-pairs-ties2``. About a quarter of the time of `best`'s heuristics, and no polish; without a
-    time limit `best` is never worse. Time limit, skipping and ``info`` as `best`'s.
-
-    >>> from solvers import Problem
-    >>> sorted(quick(Problem(duration=[3, 1, 1], num_processors=2, edges=[[0, 1]])).info["candidates"])
-    ['fcp-ends', 'heft', 'heft-t0.25', 'list']
-    """
-    runs = [(name, run) for name, run in candidates(problem) if name in QUICK]
-    return _least(problem, runs, "quick", objective, time_limit, polishing=False)
-
-
-def _least(problem: Problem, runs, solver: str, objective: str, time_limit: float | None, *, polishing: bool) -> Result:
-    """The least objective of ``runs`` (``(name, run)`` in turn, within ``time_limit``), then polished
-    where ``polishing``: `best` and `quick`, named ``solver``."""
     if time_limit is not None and not time_limit > 0:  # also NaN
         raise ValueError(f"time_limit: expected a positive number of seconds, got {time_limit}")
     t0 = time.perf_counter()
@@ -650,7 +620,7 @@ def _least(problem: Problem, runs, solver: str, objective: str, time_limit: floa
     chosen: Result | None = None
     polished_from = None  # the heuristic whose schedule polish improved
     results = []
-    for name, run in runs:
+    for name, run in candidates(problem):
         left = deadline - time.perf_counter()
         if left <= 0 and results:  # the first always runs (its own limit stops it)
             listed[name] = "skipped: time limit"
@@ -664,7 +634,7 @@ def _least(problem: Problem, runs, solver: str, objective: str, time_limit: floa
         if result.schedule is not None and (chosen is None or result.objective < chosen.objective):
             chosen = result
     bound = max(r.lower_bound for r in results)
-    if polishing and chosen is not None and chosen.objective > bound and not problem.is_moldable:
+    if chosen is not None and chosen.objective > bound and not problem.is_moldable:
         left = deadline - time.perf_counter()
         size = min(problem.num_tasks + len(problem.edges), POLISH_SIZE)
         if left > 0:
@@ -689,7 +659,7 @@ def _least(problem: Problem, runs, solver: str, objective: str, time_limit: floa
         reasons = [r.info["reason"] for r in results if "reason" in r.info]
         if reasons:
             info["reason"] = reasons[0]
-        return Result(None, status, None, bound, runtime, solver, objective, info)
+        return Result(None, status, None, bound, runtime, "best", objective, info)
     info["chosen"] = chosen.solver if polished_from is None else f"{polished_from}+polish"
     status = "optimal" if chosen.objective <= bound else "feasible"
-    return Result(chosen.schedule, status, chosen.objective, bound, runtime, solver, objective, info)
+    return Result(chosen.schedule, status, chosen.objective, bound, runtime, "best", objective, info)

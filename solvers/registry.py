@@ -26,7 +26,6 @@ _SOLVERS: dict[str, str] = {
     "peft": "solvers.heuristics:peft",
     "fcp": "solvers.heuristics:fcp",
     "best": "solvers.heuristics:best",
-    "quick": "solvers.heuristics:quick",
     "cpsat": "solvers.cpsat:cpsat",
     "lns": "solvers.lns:cpsat_lns",
     "ils": "solvers.ils:ils",

@@ -15,7 +15,6 @@ import solvers.heuristics
 from solvers import InvalidSchedule, Problem, Schedule, lower_bound, lower_bounds, solve, solver_names, validate
 from solvers.heuristics import (
     HEFT_RANK_WEIGHTS,
-    QUICK,
     RANK_WEIGHTS,
     TIE_ORDERS,
     best,
@@ -32,7 +31,6 @@ from solvers.heuristics import (
     optimistic_cost_table,
     pair_weight,
     peft,
-    quick,
 )
 from solvers.listsched import effective_allowed, heft, list_schedule, upward_rank
 from tests.solvers.strategies import brute_force, heterogeneous, problems
@@ -87,31 +85,6 @@ def test_cpop_peft_fcp_best_are_valid_above_the_bound_and_best_is_the_least(p):
     for i, (name, r) in enumerate(zip(names, results.values(), strict=True)):
         reached = any(results[k].objective <= lower_bound(p) for k in list(results)[:i])
         assert chosen.info["candidates"][name] == ("skipped: optimal found" if reached else r.objective)
-
-
-@settings(max_examples=60, deadline=None)
-@given(st.one_of(comm_dags(), heterogeneous(max_tasks=20, max_processors=4)))
-def test_quick_is_the_least_of_its_subset_of_best_and_best_is_never_worse(p):
-    """`quick` runs `best`'s candidates named in `QUICK` (in `best`'s order, the same functions),
-    keeps the least and does not polish; `best`, which runs them all and polishes, is never worse."""
-    fast, full = quick(p), best(p)
-    named = [(name, run) for name, run in candidates(p) if name in QUICK]
-    assert {"heft", "list", "heft-t0.25", "fcp-ends"} <= {name for name, _ in named} <= set(QUICK)
-    assert list(fast.info["candidates"]) == [name for name, _ in named]  # no "polish"
-    if fast.schedule is None:
-        assert full.schedule is None and fast.status == full.status
-        return
-    validate(p, fast.schedule)
-    assert fast.solver == "quick" and fast.objective >= fast.lower_bound == full.lower_bound
-    alone = {}
-    for name, run in named:
-        alone[name] = run(p).objective
-        if alone[name] is not None and alone[name] <= fast.lower_bound:
-            break  # the rest are skipped: nothing beats the bound
-    assert fast.objective == min(v for v in alone.values() if v is not None)
-    assert fast.info["chosen"] in alone and alone[fast.info["chosen"]] == fast.objective
-    assert full.objective <= fast.objective
-    assert solve(p, "quick").objective == fast.objective  # registered (and validated there)
 
 
 def test_best_tries_heft_with_other_transfer_weights_in_its_rank():
