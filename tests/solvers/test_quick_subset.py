@@ -1,0 +1,30 @@
+"""benchmarks/quick_subset.py, whether fewer of `best`'s candidates match saga: its reading of the
+stored saga figures, its rule for a subset matching a class, and its runs."""
+
+from solvers.heuristics import candidates
+from tests.paths import benchmark
+
+
+def test_reads_saga_best_of_all_52_classes_from_the_stored_table():
+    with benchmark("quick_subset") as module:
+        saga = module.stored_saga_best()
+    assert len(saga) == 52 and sum(k[1] in module.ISSUE_SIZES for k in saga) == 36
+    assert saga[("layered", 100, 4)] == 289 and saga[("erdos-het", 2000, 16)] == 2361
+
+
+def test_a_subset_matches_where_the_median_of_its_least_makespan_is_at_most_saga_best():
+    runs = {"a": [3, 5, 4], "b": [4, 2, 9]}  # least per seed: 3, 2, 4; median 3
+    with benchmark("quick_subset") as module:
+        assert module.matches(["a", "b"], runs, 3)
+        assert not module.matches(["a", "b"], runs, 2)
+        assert module.matches(["a"], runs, 4) and not module.matches(["a"], runs, 3)  # median of a alone: 4
+        assert not module.matches(["c"], runs, 100)  # a candidate not run there matches nothing
+
+
+def test_makespans_runs_every_candidate_of_best_on_each_seed():
+    with benchmark("quick_subset") as module:
+        runs = module.makespans("layered-het", 30, 3, range(2))
+        problem, _ = module.instance("layered", 30, 3, 1, hetero=True)
+    assert list(runs) == [name for name, _ in candidates(problem)] and set(module.SUBSET) <= set(runs)
+    assert all(len(v) == 2 for v in runs.values())
+    assert runs["heft"][1] == dict(candidates(problem))["heft"](problem).objective
