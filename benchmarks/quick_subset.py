@@ -140,7 +140,13 @@ def main() -> None:
     parser.add_argument("--max-size", type=positive_int, default=6, help="largest subset tried (default 6)")
     args = parser.parse_args()
     if args.new_seeds:
-        new_seeds(args.subset.split(","))
+        names = args.subset.split(",")
+        problem, _ = instance("layered", 10, 4, 0, hetero=True)  # unequal processors: every candidate runs
+        valid = [name for name, _ in candidates(problem)]
+        unknown = [name for name in names if name not in valid]
+        if unknown:
+            parser.error(f"--subset: unknown candidate {unknown[0]!r}; valid: {', '.join(valid)}")
+        new_seeds(names)
     else:
         subsets(args.max_size)
 

@@ -1,6 +1,8 @@
 """benchmarks/quick_subset.py, whether fewer of `best`'s candidates match saga: its reading of the
 stored saga figures, its rule for a subset matching a class, and its runs."""
 
+import pytest
+
 from solvers.heuristics import candidates
 from tests.paths import benchmark
 
@@ -28,3 +30,13 @@ def test_makespans_runs_every_candidate_of_best_on_each_seed():
     assert list(runs) == [name for name, _ in candidates(problem)] and set(module.SUBSET) <= set(runs)
     assert all(len(v) == 2 for v in runs.values())
     assert runs["heft"][1] == dict(candidates(problem))["heft"](problem).objective
+
+
+def test_an_unknown_candidate_in_subset_is_one_line(monkeypatch, capsys):
+    with benchmark("quick_subset") as module:
+        monkeypatch.setattr("sys.argv", ["quick_subset.py", "--new-seeds", "--subset", "heft,hefty"])
+        monkeypatch.setattr(module, "new_seeds", lambda names: pytest.fail(f"ran with {names}"))
+        with pytest.raises(SystemExit):
+            module.main()
+    err = capsys.readouterr().err
+    assert "--subset: unknown candidate 'hefty'; valid: heft, list" in err and "heft-pairs-ties2" in err
