@@ -32,8 +32,10 @@ def ils(problem: Problem, /, *, objective: str = "makespan", time_limit: float =
     ``time_limit``, the others within half of it), then `polish` with kicks for the rest: at each
     local optimum a few random tasks of the best schedule so far move to another processor or swap
     with their neighbour, and the search descends again from there. The bound is best's; the status
-    is optimal where the schedule reaches it. Works on heterogeneous processors and links, where
-    CP-SAT does not.
+    is optimal where the schedule reaches it. ``info``: ``best`` (best's objective), ``start`` (the
+    heuristic it started from) and ``candidates`` (best's list: within a short limit some may be
+    skipped, so `ils` may end above an unlimited `best`; never above its own start). Works on
+    heterogeneous processors and links, where CP-SAT does not.
 
     >>> from solvers import Problem
     >>> ils(Problem(duration=[3, 1, 1], num_processors=2), time_limit=1).objective
@@ -44,7 +46,7 @@ def ils(problem: Problem, /, *, objective: str = "makespan", time_limit: float =
     problem.require_rigid("ils")
     t0 = time.perf_counter()
     start = best(problem, objective=objective, time_limit=time_limit / 4)
-    first = start.objective
+    first, listed = start.objective, start.info.get("candidates", {})  # what best ran (or skipped) in its time
     for _, run in map(heft_ranked, ILS_RANK_WEIGHTS):
         left = time_limit / 2 - (time.perf_counter() - t0)
         if start.schedule is None or start.status == "optimal" or left <= 0:
@@ -55,10 +57,10 @@ def ils(problem: Problem, /, *, objective: str = "makespan", time_limit: float =
             start = dataclasses.replace(other, status=status, lower_bound=start.lower_bound)
     left = time_limit - (time.perf_counter() - t0)
     if start.schedule is None or start.status == "optimal" or left <= 0:
-        info = {**start.info, "best": first, "start": start.solver}
+        info = {**start.info, "best": first, "start": start.solver, "candidates": listed}
         return dataclasses.replace(start, solver="ils", runtime=time.perf_counter() - t0, info=info)
     bound = start.lower_bound
     out = polish(problem, start.schedule, objective=objective, time_limit=left, seed=seed, bound=bound, kicks=True)
     status = "optimal" if out.objective <= bound else "feasible"
-    info = {"best": first, "start": start.solver, **out.info}
+    info = {"best": first, "start": start.solver, "candidates": listed, **out.info}
     return Result(out.schedule, status, out.objective, bound, time.perf_counter() - t0, "ils", objective, info)
