@@ -1,7 +1,7 @@
 """Are fewer of `best`'s candidates enough to match saga's best heuristic? (No: they overfit.)
 
 Issue #19 asks for makespans at most saga's best heuristic's (median over seeds) on every class, and
-for 100 times saga's HEFT's speed. `best` runs 14 heuristics (20 on unequal processors) and
+for 100 times saga's HEFT's speed. `best` runs 14 heuristics (up to 30 on unequal processors) and
 polishes; fewer would be faster. This script runs every candidate alone on each instance of the
 52 classes of `benchmarks/results/portfolio_vs_saga-s61-2core-vm.txt` (the 36 issue classes: 100,
 1,000 and 5,000 tasks on 4, 8 and 32 processors; the 16 held-out ones: 300 and 2,000 tasks on 2
@@ -19,7 +19,7 @@ Session 62 (`benchmarks/results/quick_subset-s62-2core-vm.txt`): no four candida
 issue classes; two sets of five do, `SUBSET` also all 16 held-out classes. On seeds 3-5 of 32
 classes it matches 28, where all of `best`'s candidates match 31; so it was not made a solver.
 
-Usage: python benchmarks/quick_subset.py [--new-seeds] [--subset NAME,NAME,...] [--max-size 6]
+Usage: python benchmarks/quick_subset.py [--new-seeds] [--subset NAME,NAME,...] [--kinds KIND,...] [--max-size 6]
 """
 
 from __future__ import annotations
@@ -101,8 +101,10 @@ def subsets(max_size: int) -> None:
     print(f"no subset of at most {max_size} candidates matches every issue class")
 
 
-def new_seeds(subset) -> None:
-    kinds = ("layered", "erdos", "layered-het", "erdos-het")
+KINDS = ("layered", "erdos", "layered-het", "erdos-het")
+
+
+def new_seeds(subset, kinds=KINDS) -> None:
     sizes = ((100, (4, 8, 32)), (300, (2, 16)), (1000, (4, 8, 32)))
     ok, classes = [0, 0, 0], 0
     print(f"{'class':22s} {'saga best':>9s} {'subset':>7s} {'all':>7s} {'best':>7s}  (medians of seeds 3-5)")
@@ -137,6 +139,9 @@ def main() -> None:
     parser.add_argument(
         "--subset", default=",".join(SUBSET), help=f"--new-seeds: candidates to check (default {','.join(SUBSET)})"
     )
+    parser.add_argument(
+        "--kinds", default=",".join(KINDS), help=f"--new-seeds: instance kinds (default {','.join(KINDS)})"
+    )
     parser.add_argument("--max-size", type=positive_int, default=6, help="largest subset tried (default 6)")
     args = parser.parse_args()
     if args.new_seeds:
@@ -146,7 +151,11 @@ def main() -> None:
         unknown = [name for name in names if name not in valid]
         if unknown:
             parser.error(f"--subset: unknown candidate {unknown[0]!r}; valid: {', '.join(valid)}")
-        new_seeds(names)
+        kinds = args.kinds.split(",")
+        if any(kind not in KINDS for kind in kinds):
+            bad = next(kind for kind in kinds if kind not in KINDS)
+            parser.error(f"--kinds: unknown kind {bad!r}; valid: {', '.join(KINDS)}")
+        new_seeds(names, kinds)
     else:
         subsets(args.max_size)
 

@@ -353,9 +353,10 @@ def test_heft_breaks_ties_between_equal_finishes_by_the_order_given():
 
 def test_best_tries_processor_orders_for_ties_where_processors_or_links_differ():
     """Three processors of one speed; the link between 0 and 1 is twice as slow as the others.
-    The HEFT candidates that break ties by index give 22 at best; the two random orders that differ
-    from it give 18 (found by random search). The third seed draws the order by index and is not
-    run. (``fcp-ends``, which comes before them, gives 18 too, and `best` keeps the first.)"""
+    The HEFT candidates that break ties by index give 22 at best; the random orders that differ
+    from it give 18 (found by random search with the first three seeds). A seed that draws the order
+    by index, or an order an earlier seed drew, is not run. (``fcp-ends``, which comes before them,
+    gives 18 too, and `best` keeps the first.)"""
     p = Problem.unrelated(
         np.array([[3, 4, 5, 2, 1, 2, 2, 5]] * 3).T,
         edges=[[0, 1], [0, 6], [0, 7], [2, 4], [2, 5], [2, 7], [3, 4], [5, 6], [5, 7], [6, 7]],
@@ -365,8 +366,14 @@ def test_best_tries_processor_orders_for_ties_where_processors_or_links_differ()
     r = best(p)
     validate(p, r.schedule)
     tied = {k: v for k, v in r.info["candidates"].items() if "ties" in k}
-    assert TIE_ORDERS == 3 and sorted(tied) == sorted(f"{h}-ties{k}" for h in ("heft", "heft-pairs") for k in (2, 3))
-    assert r.objective == 18 and set(tied.values()) == {18}
+    new, seen = [], {(0, 1, 2)}  # the seeds whose order is neither by index nor drawn before
+    for k in range(1, TIE_ORDERS + 1):
+        order = tuple(np.random.default_rng(k).permutation(3).tolist())
+        new += [k] * (order not in seen)
+        seen.add(order)
+    assert TIE_ORDERS == 8 and new[:2] == [2, 3] and len(new) == len(set(new)) <= 5  # 3! orders, one by index
+    assert sorted(tied) == sorted(f"{h}-ties{k}" for h in ("heft", "heft-pairs") for k in new)
+    assert r.objective == 18 and {tied[f"heft-ties{k}"] for k in (2, 3)} == {18}
     assert min(v for k, v in r.info["candidates"].items() if k.startswith("heft") and k not in tied) == 22
     # the candidate is HEFT with that seed's order of processors for its ties, and nothing else
     order = np.random.default_rng(2).permutation(3)

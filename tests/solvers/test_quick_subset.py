@@ -35,8 +35,17 @@ def test_makespans_runs_every_candidate_of_best_on_each_seed():
 def test_an_unknown_candidate_in_subset_is_one_line(monkeypatch, capsys):
     with benchmark("quick_subset") as module:
         monkeypatch.setattr("sys.argv", ["quick_subset.py", "--new-seeds", "--subset", "heft,hefty"])
-        monkeypatch.setattr(module, "new_seeds", lambda names: pytest.fail(f"ran with {names}"))
+        monkeypatch.setattr(module, "new_seeds", lambda names, kinds: pytest.fail(f"ran with {names}"))
         with pytest.raises(SystemExit):
             module.main()
     err = capsys.readouterr().err
     assert "--subset: unknown candidate 'hefty'; valid: heft, list" in err and "heft-pairs-ties2" in err
+
+
+def test_an_unknown_kind_is_one_line(monkeypatch, capsys):
+    with benchmark("quick_subset") as module:
+        monkeypatch.setattr("sys.argv", ["quick_subset.py", "--new-seeds", "--kinds", "erdos-het,grid"])
+        monkeypatch.setattr(module, "new_seeds", lambda names, kinds: pytest.fail(f"ran with {kinds}"))
+        with pytest.raises(SystemExit):
+            module.main()
+    assert "--kinds: unknown kind 'grid'; valid: layered, erdos, layered-het, erdos-het" in capsys.readouterr().err
