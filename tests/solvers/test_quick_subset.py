@@ -32,20 +32,18 @@ def test_makespans_runs_every_candidate_of_best_on_each_seed():
     assert runs["heft"][1] == dict(candidates(problem))["heft"](problem).objective
 
 
-def test_an_unknown_candidate_in_subset_is_one_line(monkeypatch, capsys):
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("--subset", "heft,hefty", "--subset: unknown candidate 'hefty'; valid: heft, list, "),
+        ("--kinds", "erdos-het,grid", "--kinds: unknown kind 'grid'; valid: layered, erdos, layered-het, erdos-het"),
+    ],
+)
+def test_an_unknown_candidate_or_kind_is_one_line(monkeypatch, capsys, option, value, message):
     with benchmark("quick_subset") as module:
-        monkeypatch.setattr("sys.argv", ["quick_subset.py", "--new-seeds", "--subset", "heft,hefty"])
-        monkeypatch.setattr(module, "new_seeds", lambda names, kinds: pytest.fail(f"ran with {names}"))
+        monkeypatch.setattr("sys.argv", ["quick_subset.py", "--new-seeds", option, value])
+        monkeypatch.setattr(module, "new_seeds", lambda names, kinds: pytest.fail(f"ran with {names}, {kinds}"))
         with pytest.raises(SystemExit):
             module.main()
     err = capsys.readouterr().err
-    assert "--subset: unknown candidate 'hefty'; valid: heft, list" in err and "heft-pairs-ties2" in err
-
-
-def test_an_unknown_kind_is_one_line(monkeypatch, capsys):
-    with benchmark("quick_subset") as module:
-        monkeypatch.setattr("sys.argv", ["quick_subset.py", "--new-seeds", "--kinds", "erdos-het,grid"])
-        monkeypatch.setattr(module, "new_seeds", lambda names, kinds: pytest.fail(f"ran with {kinds}"))
-        with pytest.raises(SystemExit):
-            module.main()
-    assert "--kinds: unknown kind 'grid'; valid: layered, erdos, layered-het, erdos-het" in capsys.readouterr().err
+    assert message in err and (option != "--subset" or "heft-pairs-ties2" in err)
