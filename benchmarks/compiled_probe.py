@@ -220,6 +220,16 @@ def insert_loop(
     return proc, start
 
 
+def enqueue(ready, fifo, tail, P, keys, t):
+    """`fcp_loop`'s ready task ``t``: into the heap ``ready`` while it holds fewer than ``P`` tasks,
+    else at ``fifo[tail]`` to wait its turn. Returns the new ``tail``."""
+    if len(ready) < P:
+        heapq.heappush(ready, (-keys[t], np.int64(t)))
+        return tail
+    fifo[tail] = t
+    return tail + 1
+
+
 def fcp_loop(n, P, pptr, psrc, pdel, sptr, stgt, indeg0, dur, don, lnk, allowed, group, keys, ends):
     """`solvers.heuristics._fcp_place` over flat arrays (`loop_inputs`, then ``keys`` the priorities,
     ``ends`` `fcp_ends`'s rule): at most P ready tasks compete by key (ties: lower index), later ones
@@ -242,11 +252,7 @@ def fcp_loop(n, P, pptr, psrc, pdel, sptr, stgt, indeg0, dur, don, lnk, allowed,
     gproc = np.full(max(0, group.max() + 1) if n else 0, -1, np.int64)
     for t in range(n):
         if indeg[t] == 0:
-            if len(ready) < P:
-                heapq.heappush(ready, (-keys[t], np.int64(t)))
-            else:
-                fifo[tail] = t
-                tail += 1
+            tail = enqueue(ready, fifo, tail, P, keys, t)
     for _ in range(n):
         _, t = heapq.heappop(ready)
         if head < tail:
@@ -298,11 +304,7 @@ def fcp_loop(n, P, pptr, psrc, pdel, sptr, stgt, indeg0, dur, don, lnk, allowed,
             v = stgt[k]
             indeg[v] -= 1
             if indeg[v] == 0:
-                if len(ready) < P:
-                    heapq.heappush(ready, (-keys[v], np.int64(v)))
-                else:
-                    fifo[tail] = v
-                    tail += 1
+                tail = enqueue(ready, fifo, tail, P, keys, v)
     return proc, start
 
 
@@ -553,9 +555,11 @@ def main() -> None:
         sys.exit("compiled_probe.py needs numba: pip install '.[compiled]'")
     from solvers_bench import instance
 
-    global bisect_right, arrival  # compiled first: numba compiles the loops' calls to the module's functions by name
+    # compiled first: numba compiles the loops' calls to the module's functions by name
+    global bisect_right, arrival, enqueue
     bisect_right = numba.njit(cache=True)(bisect_right)
     arrival = numba.njit(cache=True)(arrival)
+    enqueue = numba.njit(cache=True)(enqueue)
     if args.loop.endswith("-call"):
         from solvers.heuristics import fcp, fcp_ends
         from solvers.listsched import heft
