@@ -11,15 +11,16 @@ each with how many of the held-out ones it matches too. A subset matches a class
 over seeds of its least makespan is at most saga's best.
 
 ``--new-seeds`` instead checks a subset (``--subset``, default `SUBSET`), all of `best`'s candidates
-and `best` itself (polished) on seeds 3-5 of the classes up to 1,000 tasks, against saga's HEFT, CPoP
-and FCP run here on the same instances (needs saga: ``pip install '.[saga]'``, Python 3.12+; about
-10 minutes).
+and `best` itself (polished) on seeds 3-5 (``--seeds``) of the classes up to 1,000 tasks, against
+saga's HEFT, CPoP and FCP run here on the same instances (needs saga: ``pip install '.[saga]'``,
+Python 3.12+; about 10 minutes).
 
 Session 62 (`benchmarks/results/quick_subset-s62-2core-vm.txt`): no four candidates match all 36
 issue classes; two sets of five do, `SUBSET` also all 16 held-out classes. On seeds 3-5 of 32
 classes it matches 28, where all of `best`'s candidates match 31; so it was not made a solver.
 
-Usage: python benchmarks/quick_subset.py [--new-seeds] [--subset NAME,NAME,...] [--kinds KIND,...] [--max-size 6]
+Usage: python benchmarks/quick_subset.py [--new-seeds] [--subset NAME,NAME,...] [--kinds KIND,...] [--seeds 3,4,5]
+       [--max-size 6]
 """
 
 from __future__ import annotations
@@ -104,23 +105,28 @@ def subsets(max_size: int) -> None:
 KINDS = ("layered", "erdos", "layered-het", "erdos-het")
 
 
-def new_seeds(subset, kinds=KINDS) -> None:
-    sizes = ((100, (4, 8, 32)), (300, (2, 16)), (1000, (4, 8, 32)))
+NEW_SEEDS = (3, 4, 5)
+NEW_SIZES = ((100, (4, 8, 32)), (300, (2, 16)), (1000, (4, 8, 32)))
+"""``--new-seeds``' classes: (tasks, processor counts) for each kind."""
+
+
+def new_seeds(subset, kinds=KINDS, seeds=NEW_SEEDS) -> None:
     ok, classes = [0, 0, 0], 0
-    print(f"{'class':22s} {'saga best':>9s} {'subset':>7s} {'all':>7s} {'best':>7s}  (medians of seeds 3-5)")
-    for kind, (n, counts) in itertools.product(kinds, sizes):
+    named = ",".join(map(str, seeds))
+    print(f"{'class':22s} {'saga best':>9s} {'subset':>7s} {'all':>7s} {'best':>7s}  (medians of seeds {named})")
+    for kind, (n, counts) in itertools.product(kinds, NEW_SIZES):
         for P in counts:
-            runs, by_algorithm = makespans(kind, n, P, range(3, 6)), {}
+            runs, by_algorithm = makespans(kind, n, P, seeds), {}
             polished = []
-            for seed in range(3, 6):
+            for seed in seeds:
                 problem, arrays = instance(kind.removesuffix("-het"), n, P, seed, hetero=kind.endswith("-het"))
                 polished.append(best(problem).objective)
                 for algorithm in ("HEFT", "CPoP", "FCP"):
                     by_algorithm.setdefault(algorithm, []).append(run_saga(problem, arrays, algorithm, 600)[1])
             # saga's best heuristic in a class: the least of the three medians, as in the tables
             target = min(statistics.median(v) for v in by_algorithm.values())
-            seeds = len(next(iter(runs.values())))
-            least = [statistics.median(min(runs[k][s] for k in names if k in runs) for s in range(seeds))
+            count = len(seeds)
+            least = [statistics.median(min(runs[k][s] for k in names if k in runs) for s in range(count))
                      for names in (subset, list(runs))]  # fmt: skip
             least.append(statistics.median(polished))
             classes += 1
@@ -133,6 +139,17 @@ def new_seeds(subset, kinds=KINDS) -> None:
           f"all of best's candidates on {ok[1]}, best on {ok[2]}")  # fmt: skip
 
 
+def seed_list(text: str) -> tuple[int, ...]:
+    """``"6,7,8"`` -> ``(6, 7, 8)``: distinct seeds, each a whole number of at least 0."""
+    parts = text.split(",")
+    if not all(part.strip().isdigit() for part in parts):
+        raise argparse.ArgumentTypeError(f"expected seeds like 6,7,8 (whole numbers, at least 0), got {text!r}")
+    seeds = tuple(int(part) for part in parts)
+    if len(set(seeds)) != len(seeds):
+        raise argparse.ArgumentTypeError(f"a seed is given twice in {text!r}")
+    return seeds
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--new-seeds", action="store_true", help="check a subset on seeds 3-5 against saga run here")
@@ -141,6 +158,12 @@ def main() -> None:
     )
     parser.add_argument(
         "--kinds", default=",".join(KINDS), help=f"--new-seeds: instance kinds (default {','.join(KINDS)})"
+    )
+    parser.add_argument(
+        "--seeds",
+        type=seed_list,
+        default=NEW_SEEDS,
+        help="--new-seeds: instance seeds, comma-separated (default 3,4,5; the tables use 0-2)",
     )
     parser.add_argument("--max-size", type=positive_int, default=6, help="largest subset tried (default 6)")
     args = parser.parse_args()
@@ -155,7 +178,7 @@ def main() -> None:
         if any(kind not in KINDS for kind in kinds):
             bad = next(kind for kind in kinds if kind not in KINDS)
             parser.error(f"--kinds: unknown kind {bad!r}; valid: {', '.join(KINDS)}")
-        new_seeds(names, kinds)
+        new_seeds(names, kinds, args.seeds)
     else:
         subsets(args.max_size)
 

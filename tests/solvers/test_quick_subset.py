@@ -37,13 +37,48 @@ def test_makespans_runs_every_candidate_of_best_on_each_seed():
     [
         ("--subset", "heft,hefty", "--subset: unknown candidate 'hefty'; valid: heft, list, "),
         ("--kinds", "erdos-het,grid", "--kinds: unknown kind 'grid'; valid: layered, erdos, layered-het, erdos-het"),
+        ("--seeds", "6,x", "expected seeds like 6,7,8 (whole numbers, at least 0), got '6,x'"),
+        ("--seeds", "6,-1", "expected seeds like 6,7,8"),
+        ("--seeds", "6,6", "a seed is given twice in '6,6'"),
     ],
 )
-def test_an_unknown_candidate_or_kind_is_one_line(monkeypatch, capsys, option, value, message):
+def test_an_unknown_candidate_kind_or_seed_is_one_line(monkeypatch, capsys, option, value, message):
     with benchmark("quick_subset") as module:
-        monkeypatch.setattr("sys.argv", ["quick_subset.py", "--new-seeds", option, value])
-        monkeypatch.setattr(module, "new_seeds", lambda names, kinds: pytest.fail(f"ran with {names}, {kinds}"))
+        monkeypatch.setattr("sys.argv", ["quick_subset.py", "--new-seeds", f"{option}={value}"])
+        monkeypatch.setattr(module, "new_seeds", lambda *args: pytest.fail(f"ran with {args}"))
         with pytest.raises(SystemExit):
             module.main()
     err = capsys.readouterr().err
     assert message in err and (option != "--subset" or "heft-pairs-ties2" in err)
+
+
+def test_new_seeds_runs_on_the_seeds_given(monkeypatch):
+    ran = []
+    with benchmark("quick_subset") as module:
+        monkeypatch.setattr("sys.argv", ["quick_subset.py", "--new-seeds", "--kinds", "erdos", "--seeds", "6,7,8"])
+        monkeypatch.setattr(module, "new_seeds", lambda names, kinds, seeds: ran.append((names, kinds, seeds)))
+        module.main()
+        assert ran == [(list(module.SUBSET), ["erdos"], (6, 7, 8))]
+        ran.clear()
+        monkeypatch.setattr("sys.argv", ["quick_subset.py", "--new-seeds", "--kinds", "erdos"])
+        module.main()
+        assert ran == [(list(module.SUBSET), ["erdos"], (3, 4, 5))]
+
+
+def test_new_seeds_compares_the_medians_over_the_seeds_given_with_saga(monkeypatch, capsys):
+    asked = []
+
+    def saga(problem, arrays, algorithm, limit):  # saga's three heuristics, stood in for: 1,000 each
+        asked.append(algorithm)
+        return 0.0, 1000
+
+    with benchmark("quick_subset") as module:
+        monkeypatch.setattr(module, "NEW_SIZES", ((12, (2, 3)),))
+        monkeypatch.setattr(module, "run_saga", saga)
+        module.new_seeds(["heft"], ["erdos"], (6, 7))
+        runs = module.makespans("erdos", 12, 2, (6, 7))
+    out = capsys.readouterr().out
+    assert "(medians of seeds 6,7)" in out and asked == ["HEFT", "CPoP", "FCP"] * 4
+    least = sorted(min(v[s] for v in runs.values()) for s in range(2))
+    assert f"{sum(least) / 2:7g}" in out.splitlines()[1]  # all of best's candidates: the median of two seeds
+    assert out.rstrip().endswith("all of best's candidates on 2, best on 2")  # every makespan of 12 tasks < 1,000
