@@ -23,9 +23,14 @@ interleaved row at p=12 (m=2p and m=3p) and with two stages per rank (p=8, m=16)
 tuned): the interleaved row at p=6 (m=18), p=10 (m=20), with two stages per rank at p=4 (m=16) and
 p=12 (m=24), and at p=6 under 14 stage activations per rank; the V row at p=6 (m=18), p=10 (m=40)
 and p=12 under 16 stage activations; and `uneven_row`, stages of unequal cost. ``--rows fresh`` runs
-eight more, first run in session 54 (`fresh_rows`).
+eight more, first run in session 54 (`fresh_rows`). ``--rows random`` draws ``--count`` rows of the
+same two kinds at random (`random_rows`, ``--seed``): a check on rows nobody chose.
 
-Usage: python benchmarks/multichunk.py [--runs 3] [--time-limit 60] [--rows issue|more|unseen|fresh]
+After the tables a line says on how many rows `best` (its longest run) is at or below the best peer
+that fits (`beats_peers`).
+
+Usage: python benchmarks/multichunk.py [--runs 3] [--time-limit 60] [--rows issue|more|unseen|fresh|random]
+       [--seed 0] [--count 12]
 (the issue's rows: about 20 minutes on 2 cores at the defaults)
 """
 
@@ -35,6 +40,7 @@ import argparse
 import json
 import os
 import platform
+import random
 import statistics
 import subprocess
 import sys
@@ -158,6 +164,44 @@ def fresh_rows(tmp: Path) -> list[Path]:
     ]
 
 
+def random_rows(tmp: Path, seed: int = 0, count: int = 12) -> list[Path]:
+    """``count`` distinct rows of the issue's two kinds drawn with ``seed`` (``--rows random``): the
+    interleaved row (loop placement, 2 or 3 stages per rank) or the V row, on 3 to 12 ranks, with 2 to
+    4 micro-batches per rank (a quarter of the rows 1 or 3 more, where torch's orders may not
+    apply), under 1F1B's memory, 3/4 of it or one stage activation per chunk more, over links as
+    fast or 1.5 times slower."""
+    rng, out, names = random.Random(seed), [], set()
+    for _ in range(100 * count):
+        if len(out) == count:
+            break
+        base = rng.choice(("zb-interleaved-1.5b", "zb-v-6.2b"))
+        v = rng.choice((2, 3)) if base == "zb-interleaved-1.5b" else 2
+        p = rng.randint(3, 12)
+        m = p * rng.randint(2, 4) + (rng.choice((1, 3)) if rng.random() < 0.25 else 0)
+        held = rng.choice((v * p, v * p, (3 * v * p) // 4, v * p + v))
+        transfer = None
+        if rng.random() < 0.25:
+            doc = yaml.safe_load((ROOT / "problems" / f"{base}.yaml").read_text())
+            transfer = int(1.5 * doc["pipeline"]["transfer"])
+        path = recut(tmp, base, p, m, None if held == v * p else held, stages_per_rank=v, transfer=transfer)
+        if path.stem not in names:
+            names.add(path.stem)
+            out.append(path)
+    return out
+
+
+def beats_peers(bubble: float, listed: list[tuple[str, str]]) -> bool | None:
+    """Whether ``bubble`` is at most every peer's bubble in ``listed`` (`peers`' rows; those that do
+    not fit, e.g. "n/a: over the memory limit", do not count), or None where no peer fits."""
+    figures = []
+    for _, value in listed:
+        try:
+            figures.append(float(value.split()[0]))
+        except (ValueError, IndexError):
+            continue
+    return None if not figures else bubble <= min(figures)
+
+
 def rows(tmp: Path) -> list[Path]:
     return [
         ROOT / "problems" / "zb-v-6.2b.yaml",
@@ -233,11 +277,14 @@ def main() -> None:
     )
     ap.add_argument(
         "--rows",
-        choices=("issue", "more", "unseen", "fresh"),
+        choices=("issue", "more", "unseen", "fresh", "random"),
         default="issue",
         help="issue: the rows the optimizer issue names and their re-cuts; more, unseen: rows of the same kinds never "
-        "tuned on (unseen: first run in session 28, one with stages of unequal cost; fresh: first run in session 54)",
+        "tuned on (unseen: first run in session 28, one with stages of unequal cost; fresh: first run in session 54); "
+        "random: --count rows of those kinds drawn with --seed",
     )
+    ap.add_argument("--seed", type=int, default=0, help="--rows random: the seed the rows are drawn with (default 0)")
+    ap.add_argument("--count", type=positive_int, default=12, help="--rows random: how many rows (default 12)")
     args = ap.parse_args()
     console = Console(width=140)
     before = speed()
@@ -248,7 +295,14 @@ def main() -> None:
         peer_table.add_column(col)
     for col in ("row", "bubble", "proven gap %", "wall s", "peak MB"):
         best_table.add_column(col)
-    listed_rows = {"issue": rows, "more": more_rows, "unseen": unseen_rows, "fresh": fresh_rows}[args.rows]
+    listed_rows = {
+        "issue": rows,
+        "more": more_rows,
+        "unseen": unseen_rows,
+        "fresh": fresh_rows,
+        "random": lambda tmp: random_rows(tmp, args.seed, args.count),
+    }[args.rows]
+    verdicts = []
     with tempfile.TemporaryDirectory() as tmp:
         for path in listed_rows(Path(tmp)):
             name = path.stem
@@ -261,6 +315,7 @@ def main() -> None:
             for k in range(args.runs):
                 runs.append(best_run(path, args.time_limit, Path(tmp) / f"{name}-{k}.json"))
                 console.print(f"{name}: run {k + 1}/{args.runs}, bubble {runs[-1]['bubble']:.4f}", style="dim")
+            verdicts.append(beats_peers(max(r["bubble"] for r in runs), listed))
             best_table.add_row(
                 name,
                 spread([r["bubble"] for r in runs], ".4f"),
@@ -270,6 +325,11 @@ def main() -> None:
             )
     console.print(peer_table)
     console.print(best_table)
+    fits = [v for v in verdicts if v is not None]
+    console.print(
+        f"best (its longest run) at or below the best peer that fits on {sum(fits)} of {len(fits)} rows "
+        f"with one; no peer fits on {len(verdicts) - len(fits)}"
+    )
     console.print(
         f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; wall and peak "
         "memory of each solve process (after Python starts)"
