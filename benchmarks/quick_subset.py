@@ -125,8 +125,7 @@ def new_seeds(subset, kinds=KINDS, seeds=NEW_SEEDS) -> None:
                     by_algorithm.setdefault(algorithm, []).append(run_saga(problem, arrays, algorithm, 600)[1])
             # saga's best heuristic in a class: the least of the three medians, as in the tables
             target = min(statistics.median(v) for v in by_algorithm.values())
-            count = len(seeds)
-            least = [statistics.median(min(runs[k][s] for k in names if k in runs) for s in range(count))
+            least = [statistics.median(min(runs[k][s] for k in names if k in runs) for s in range(len(seeds)))
                      for names in (subset, list(runs))]  # fmt: skip
             least.append(statistics.median(polished))
             classes += 1
@@ -152,7 +151,9 @@ def seed_list(text: str) -> tuple[int, ...]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--new-seeds", action="store_true", help="check a subset on seeds 3-5 against saga run here")
+    parser.add_argument(
+        "--new-seeds", action="store_true", help="check a subset on new seeds (--seeds) against saga run here"
+    )
     parser.add_argument(
         "--subset", default=",".join(SUBSET), help=f"--new-seeds: candidates to check (default {','.join(SUBSET)})"
     )
