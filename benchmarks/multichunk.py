@@ -27,7 +27,8 @@ eight more, first run in session 54 (`fresh_rows`). ``--rows random`` draws ``--
 same two kinds at random (`random_rows`, ``--seed``): a check on rows nobody chose.
 
 After the tables a line says on how many rows `best` (its longest run) is at or below the best peer
-that fits (`beats_peers`).
+that fits (`beats_peers`), and one on how many meet the issue's proven-gap target for their rank
+count (`target_line`: at most 1% for p <= 8, 2% for p = 16).
 
 Usage: python benchmarks/multichunk.py [--runs 3] [--time-limit 60] [--rows issue|more|unseen|fresh|random]
        [--seed 0] [--count 12]
@@ -202,6 +203,21 @@ def beats_peers(bubble: float, listed: list[tuple[str, str]]) -> bool | None:
     return None if not figures else bubble <= min(figures)
 
 
+TARGETS = ((lambda p: p <= 8, "p <= 8", 0.01), (lambda p: p == 16, "p = 16", 0.02))
+"""The optimizer issue's proven-gap targets within 60 s: (which ranks, label, largest gap)."""
+
+
+def target_line(gaps: list[tuple[int, float]]) -> str:
+    """How many rows meet the issue's proven-gap target for their rank count (`TARGETS`), from
+    (ranks, the longest run's gap) per row; rows of other rank counts have no target."""
+    parts = []
+    for applies, label, most in TARGETS:
+        mine = [gap for p, gap in gaps if applies(p)]
+        if mine:
+            parts.append(f"{label}: within {most:.0%} on {sum(gap <= most for gap in mine)} of {len(mine)}")
+    return "proven gap targets (longest run): " + ("; ".join(parts) if parts else "no row with a target")
+
+
 def rows(tmp: Path) -> list[Path]:
     return [
         ROOT / "problems" / "zb-v-6.2b.yaml",
@@ -302,7 +318,7 @@ def main() -> None:
         "fresh": fresh_rows,
         "random": lambda tmp: random_rows(tmp, args.seed, args.count),
     }[args.rows]
-    verdicts = []
+    verdicts, gaps = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for path in listed_rows(Path(tmp)):
             name = path.stem
@@ -316,6 +332,7 @@ def main() -> None:
                 runs.append(best_run(path, args.time_limit, Path(tmp) / f"{name}-{k}.json"))
                 console.print(f"{name}: run {k + 1}/{args.runs}, bubble {runs[-1]['bubble']:.4f}", style="dim")
             verdicts.append(beats_peers(max(r["bubble"] for r in runs), listed))
+            gaps.append((pipeline_from_spec(load_problem(path)).num_ranks, max(r["gap"] for r in runs)))
             best_table.add_row(
                 name,
                 spread([r["bubble"] for r in runs], ".4f"),
@@ -330,6 +347,7 @@ def main() -> None:
         f"best (its longest run) at or below the best peer that fits on {sum(fits)} of {len(fits)} rows "
         f"with one; no peer fits on {len(verdicts) - len(fits)}"
     )
+    console.print(target_line(gaps))
     console.print(
         f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; wall and peak "
         "memory of each solve process (after Python starts)"

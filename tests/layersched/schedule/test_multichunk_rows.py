@@ -36,3 +36,10 @@ def test_beats_peers_counts_only_the_peers_that_fit(bench):
     assert bench.beats_peers(0.0697, listed) is True
     assert bench.beats_peers(0.0700, listed) is False
     assert bench.beats_peers(0.5, [("torch", "needs torch"), ("x", "n/a: over the memory limit")]) is None
+
+
+def test_target_line_counts_each_row_against_the_target_for_its_rank_count(bench):
+    gaps = [(4, 0.0), (8, 0.0100), (8, 0.0101), (6, 0.0393), (16, 0.0199), (16, 0.0226), (32, 0.5), (12, 0.02)]
+    line = bench.target_line(gaps)
+    assert line == "proven gap targets (longest run): p <= 8: within 1% on 2 of 4; p = 16: within 2% on 1 of 2"
+    assert bench.target_line([(12, 0.0)]) == "proven gap targets (longest run): no row with a target"
