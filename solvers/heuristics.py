@@ -419,7 +419,7 @@ def _fcp_place(
         if indeg[t] == 0:
             add(t)
     for done in range(n):
-        if done % 4096 == 0 and time.perf_counter() > deadline:
+        if done and done % 4096 == 0 and time.perf_counter() > deadline:  # as `listsched._insert`: 4,096 first
             return None
         t = heapq.heappop(ready)[1]
         if fifo:

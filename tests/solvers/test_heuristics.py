@@ -530,3 +530,17 @@ def test_best_polishes_the_best_heuristic_schedule():
     assert r.info["chosen"].endswith("+polish") and r.info["chosen"].removesuffix("+polish") in heuristics
     # at the bound already: nothing to polish
     assert "polish" not in best(Problem(duration=[3, 1, 1], num_processors=2)).info["candidates"]
+
+
+@pytest.mark.parametrize("name", ["heft", "fcp", "list", "best", "ils"])
+def test_a_time_limit_over_before_the_first_placement_still_schedules_a_small_problem(name):
+    """List scheduling checks its time limit only after each 4,096 placements, so a small problem is
+    always scheduled, however late its first placement comes (on a loaded machine the setup alone
+    can outlast a short limit). `ils`'s property test once got no schedule for the first of these
+    problems that way: its `best`'s first candidate, HEFT, gave up before placing anything."""
+    tight = Problem(duration=[2, 0, 4], num_processors=1, edges=[[0, 2]], delay=[4], mem_delta=[0, 0, 0],
+                    capacity=[2], group=[0, -1, 2])  # fmt: skip
+    plain = Problem(duration=[3, 1, 2], num_processors=2, edges=[[0, 1], [0, 2]], delay=[1, 1])
+    for problem in (tight, plain):
+        r = solve(problem, name, time_limit=1e-9)
+        assert r.schedule is not None and r.objective == r.schedule.objective(problem, "makespan")
