@@ -176,9 +176,9 @@ def main() -> None:
         if unknown:
             parser.error(f"--subset: unknown candidate {unknown[0]!r}; valid: {', '.join(valid)}")
         kinds = args.kinds.split(",")
-        if any(kind not in KINDS for kind in kinds):
-            bad = next(kind for kind in kinds if kind not in KINDS)
-            parser.error(f"--kinds: unknown kind {bad!r}; valid: {', '.join(KINDS)}")
+        bad = [kind for kind in kinds if kind not in KINDS]
+        if bad:
+            parser.error(f"--kinds: unknown kind {bad[0]!r}; valid: {', '.join(KINDS)}")
         new_seeds(names, kinds, args.seeds)
     else:
         subsets(args.max_size)
