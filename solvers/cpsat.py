@@ -63,6 +63,7 @@ def cpsat(
     known_bound: int = 0,
     order_pairs: np.ndarray | None = None,
     expand_memory: bool | None = None,
+    seed: int = 0,
 ) -> Result:
     """Solve ``problem`` with CP-SAT within ``time_limit`` seconds.
 
@@ -95,6 +96,9 @@ def cpsat(
     expand_memory : bool, optional
         Whether CP-SAT's presolve expands the memory reservoirs into a Boolean per pair of memory
         events on a processor. By default it does up to `RESERVOIR_EXPANSION_LIMIT` pairs.
+    seed : int
+        CP-SAT's random seed, as `seed_solver` sets it (0: CP-SAT's own default). Another seed
+        searches differently from the same start.
 
     With ``symmetry``, ``keep_processor`` or ``order_pairs`` the status and the bound refer to the
     problem so restricted.
@@ -151,6 +155,7 @@ def cpsat(
     solver.parameters.max_time_in_seconds = max(0.0, float(time_limit) - (time.perf_counter() - t0))
     solver.parameters.num_workers = int(workers)
     solver.parameters.log_search_progress = bool(log)
+    seed_solver(solver, seed)
     limit_probing(solver, problem)
     if expand_memory is False or (expand_memory is None and _reservoir_pairs(problem) > RESERVOIR_EXPANSION_LIMIT):
         # expanding the memory reservoirs "using precedences" makes a Boolean per pair of memory
@@ -195,6 +200,7 @@ def reoptimize_window(
     objective: str = "makespan",
     processors: np.ndarray | None = None,
     work: float | None = None,
+    seed: int = 0,
 ) -> Schedule | None:
     """Re-place the ``free`` tasks of a valid ``schedule`` with every other task left where it is
     (processor and start): a model of the window only, whatever the size of the problem (used by
@@ -217,7 +223,8 @@ def reoptimize_window(
     schedule (`solvers.time_orders`) can use. None when CP-SAT finds nothing in ``time_limit`` (the
     current placement is always a solution). ``work``, if given, also stops CP-SAT after that much
     of its deterministic time (a count of its own work, in about seconds): with one worker the result
-    is then the same on any machine that is not so slow that ``time_limit`` ends it first.
+    is then the same on any machine that is not so slow that ``time_limit`` ends it first. ``seed``:
+    CP-SAT's random seed (`seed_solver`).
 
     >>> from solvers import Problem, Schedule
     >>> p = Problem(duration=[2, 2, 2], num_processors=2)
@@ -320,6 +327,7 @@ def reoptimize_window(
     if work is not None:
         solver.parameters.max_deterministic_time = float(work)
     solver.parameters.num_workers = workers
+    seed_solver(solver, seed)
     if unit_lits:
         # presolve's probing of the processor choices took 0.16 s on a window of 50 tasks free on 32
         # processors, longer than a window step's 0.1 s (`solvers.lns`): 19 of 20 such windows of a
@@ -386,6 +394,7 @@ def solve_tails(
     hint: bool = True,
     parameters: dict | None = None,
     log: Callable[[str], None] | None = None,
+    seed: int = 0,
 ) -> tuple[Schedule | None, bool]:
     """`reoptimize_tails`, and whether CP-SAT proved its schedule optimal for the window (every task
     before the cuts where it is): True also where nothing was free. A ``stats`` dict given hears the
@@ -404,6 +413,9 @@ def solve_tails(
     own and may find nothing, or a longer schedule than ``schedule``, which the caller must weigh. In
     wide windows that search found shorter schedules than the hinted one, whose neighbourhoods stay
     around the hint (`solvers.lns.improve_tails`' ``unhinted``).
+
+    ``seed`` is CP-SAT's random seed (`seed_solver`): from the same window and hint another seed
+    often ends on another schedule (docs/measurements.md, session 64).
 
     For experiments (`benchmarks/tail_replay.py`): ``parameters`` sets more of CP-SAT's parameters
     by name (a list is appended to a repeated one, e.g. ``{"ignore_subsolvers": ["ls"]}``), and
@@ -474,6 +486,7 @@ def solve_tails(
     if expand_memory is None:
         expand_memory = len(W) <= TAIL_EXPANSION_TASKS
     solver.parameters.expand_reservoir_constraints = bool(expand_memory)
+    seed_solver(solver, seed)
     for name, value in (parameters or {}).items():
         if isinstance(value, list | tuple):
             getattr(solver.parameters, name).extend(value)
@@ -626,6 +639,26 @@ def _window_span(
                     c.only_enforce_if(lit)
         model.add(worst >= last - first)
     return worst
+
+
+def seed_solver(solver: cp_model.CpSolver, seed: int) -> None:
+    """Set CP-SAT's random seed from ours: ``seed + 1``, so that seed 0 leaves CP-SAT's own default
+    (1) and every call without a seed searches as before. ``ValueError`` for a seed outside 0 to
+    `MAX_SEED`.
+
+    >>> s = cp_model.CpSolver()
+    >>> seed_solver(s, 0); s.parameters.random_seed
+    1
+    >>> seed_solver(s, 4); s.parameters.random_seed
+    5
+    """
+    if not 0 <= seed <= MAX_SEED:
+        raise ValueError(f"seed: expected 0 to {MAX_SEED:,}, got {seed}")
+    solver.parameters.random_seed = int(seed) + 1
+
+
+MAX_SEED = 2**31 - 2
+"""The largest seed `seed_solver` takes: CP-SAT's ``random_seed`` is a 32-bit signed integer."""
 
 
 def solve_interruptibly(solver: cp_model.CpSolver, model: cp_model.CpModel, callback) -> tuple[int, bool]:

@@ -87,7 +87,8 @@ def cpsat_lns(
     workers, log
         Passed to `solvers.cpsat.cpsat`.
     seed : int
-        Seed of the window positions.
+        Seed of the window positions, of polish's moves and of CP-SAT's search
+        (`solvers.cpsat.seed_solver`).
     progress : callable, optional
         Called with ``dict(incumbent=, bound=, gap=, elapsed=)`` after each improving step.
 
@@ -126,6 +127,7 @@ def cpsat_lns(
             progress=progress,
             log=log,
             time_limit=whole_limit,
+            seed=seed,
         )
         if n <= window or whole.schedule is None or whole.status == "optimal" or whole.info.get("interrupted"):
             return dataclasses.replace(whole, solver="lns", runtime=time.perf_counter() - t0)
@@ -133,7 +135,9 @@ def cpsat_lns(
     # order moves on the critical chain first: cheap, and on random DAGs they find what small
     # windows do not (layered, 1,000 tasks on 32 processors: 739 -> 733 in 0.9 s)
     left = time_limit - (time.perf_counter() - t0)
-    polished = polish(problem, whole.schedule, objective=objective, time_limit=POLISH_SHARE * left, bound=bound)
+    polished = polish(
+        problem, whole.schedule, objective=objective, time_limit=POLISH_SHARE * left, bound=bound, seed=seed
+    )
     current, info = improve_windows(
         problem,
         polished.schedule,
@@ -187,8 +191,8 @@ def improve_bands(
     Where `improve_windows` changes a few tasks within the time they take, a band step lets a change
     reach the rest of the schedule: on a memory-limited span problem of 648 tasks on 6 processors
     where window steps found nothing, band steps took the gap to the bound from 3.46% to 2.79% in
-    45 s. Returns the best schedule and ``info`` (steps, improving steps, band; ``interrupted`` after
-    Ctrl-C)."""
+    45 s. ``seed`` places the bands and seeds CP-SAT (`solvers.cpsat.seed_solver`). Returns the best
+    schedule and ``info`` (steps, improving steps, band; ``interrupted`` after Ctrl-C)."""
     problem.require_uniform("improve_bands")
     if not 0 < band <= 1:
         raise ValueError(f"band: expected a share of the tasks in (0, 1], got {band}")
@@ -215,6 +219,7 @@ def improve_bands(
             hint=current,
             keep_processor=np.where(inside, -1, current.processor),
             order_pairs=np.asarray(pairs, dtype=np.int64).reshape(-1, 2),
+            seed=seed,
         )
         moved = None if found.schedule is None else _retimed(problem, found.schedule)
         return moved, bool(found.info.get("interrupted"))
@@ -259,6 +264,7 @@ def improve_coarse(
     workers: int = 2,
     progress: Callable[[dict], None] | None = None,
     symmetry: list[list[int]] | None = None,
+    seed: int = 0,
 ) -> tuple[Schedule, dict]:
     """CP-SAT on the whole problem at coarser time, then finer: at each level of `COARSE_RESOLUTIONS`
     the durations and delays are rounded to a unit that makes the longest task last that many units
@@ -282,9 +288,9 @@ def improve_coarse(
     more than they differ; a run of session 31 with the chains stopped at 2.11%). On larger models
     they can hurt, since CP-SAT's small neighbourhoods cannot then relabel the tasks of a chain
     (docs/measurements.md, "Symmetry chains in the coarse levels"). A coarse
-    level's proven bound is not one of the real problem, so none is kept. Returns the best schedule
-    and ``info`` (the real objective each level reached, steps, improving steps; ``interrupted``
-    after Ctrl-C)."""
+    level's proven bound is not one of the real problem, so none is kept. ``seed`` seeds CP-SAT
+    (`solvers.cpsat.seed_solver`). Returns the best schedule and ``info`` (the real objective each
+    level reached, steps, improving steps; ``interrupted`` after Ctrl-C)."""
     problem.require_uniform("improve_coarse")
     longest = int(problem.duration.max()) if problem.num_tasks else 0
     # the unit falls from level to level: once it is under 2 time steps, the problem is that coarse already
@@ -306,6 +312,7 @@ def improve_coarse(
             hint=hint,
             expand_memory=False,
             symmetry=symmetry,
+            seed=seed,
         )
         moved = None if found.schedule is None else _in_orders(problem, found.schedule)
         levels[f"1/{unit:.0f}"] = moved.objective(problem, objective) if moved is not None else found.status
@@ -370,6 +377,7 @@ def improve_tails(
     jump_proven: float | None = None,
     fixed_first: float = 0.0,
     unhinted: int | None = None,
+    seed: int = 0,
 ) -> tuple[Schedule, dict]:
     """From a valid ``schedule``: every processor's tasks from ``cut`` (per processor) on re-solved at
     once (`solvers.cpsat.reoptimize_tails`), its orders timed at their earliest starts where that is
@@ -399,7 +407,9 @@ def improve_tails(
     that many tasks gives the first half of the usual search's seconds to a search without the hint
     (`solvers.cpsat.solve_tails`' ``hint``), which starts on its own; unless that proves the window,
     the hinted search has the rest, from the shorter of its schedule and the hint
-    (`layersched.schedule.solve.TAIL_UNHINTED_TASKS`)."""
+    (`layersched.schedule.solve.TAIL_UNHINTED_TASKS`). ``seed`` seeds every window's CP-SAT
+    (`solvers.cpsat.seed_solver`): from a schedule where the windows ended before (an earlier run's,
+    say), the same seed tends to end there again, another one draws afresh."""
     cuts = cut if callable(cut) else (lambda _, k: cut if k == 0 else None)
     t0 = time.perf_counter()
     current, info = schedule, {"steps": 0, "improvements": 0}
@@ -418,7 +428,7 @@ def improve_tails(
                     seen: dict = {}
                     found, proven = solve_tails(
                         problem, now, this, min(fixed_first, seconds / 2), objective=objective, bound=bound,
-                        workers=1, stats=seen, fixed_search=True,
+                        workers=1, stats=seen, fixed_search=True, seed=seed,
                     )  # fmt: skip
                     proven = found is not None and (proven or found.objective(problem, objective) <= seen["bound"])
                     left = seconds - (time.perf_counter() - began)
@@ -431,7 +441,7 @@ def improve_tails(
                         # half of it without the hint first; the rest from the shorter of the two
                         again, proven = solve_tails(
                             problem, hint, this, max(0.01, left / 2), objective=objective, bound=bound,
-                            workers=workers, hint=False,
+                            workers=workers, hint=False, seed=seed,
                         )  # fmt: skip
                         if again is not None:
                             tried.append(again)
@@ -439,8 +449,9 @@ def improve_tails(
                         left = seconds - (time.perf_counter() - began)
                     if not proven:
                         again, proven = solve_tails(
-                            problem, hint, this, max(0.01, left), objective=objective, bound=bound, workers=workers
-                        )
+                            problem, hint, this, max(0.01, left), objective=objective, bound=bound,
+                            workers=workers, seed=seed,
+                        )  # fmt: skip
                         tried.append(again)
                     tried = [s for s in tried if s is not None]
                     found = min(tried, key=lambda s: s.objective(problem, objective)) if tried else None
@@ -517,7 +528,8 @@ def improve_windows(
     A step's CP-SAT call stops after `LOCAL_STEP` seconds (or ``step_limit``, if less), so what a
     step finds depends on the machine's speed. With ``step_work`` it stops after that much of
     CP-SAT's deterministic time instead (``time_limit`` still ends the whole): with ``workers=1`` the
-    steps, and so the result, are the same on any machine where ``time_limit`` does not end them."""
+    steps, and so the result, are the same on any machine where ``time_limit`` does not end them.
+    ``seed`` places the windows and seeds CP-SAT (`solvers.cpsat.seed_solver`)."""
     n, num_processors = problem.num_tasks, problem.num_processors
     window = min(window, n)
     rng = np.random.default_rng(seed)
@@ -550,7 +562,7 @@ def improve_windows(
         free[order[first : first + size]] = True
         limit = left if step_work is not None else min(step_limit, left, LOCAL_STEP)
         try:
-            return _local_step(problem, current, free, limit, workers, objective, mask, step_work), False
+            return _local_step(problem, current, free, limit, workers, objective, mask, step_work, seed), False
         except KeyboardInterrupt:
             return None, True
 
@@ -629,11 +641,13 @@ def _local_step(
     objective: str,
     processors: np.ndarray | None = None,
     work: float | None = None,
+    seed: int = 0,
 ) -> Schedule | None:
     """Re-place the ``free`` tasks with everything else in place (`solvers.cpsat.reoptimize_window`,
-    on the ``processors`` it marks, by default all; ``work`` its deterministic limit), then time the
+    on the ``processors`` it marks, by default all; ``work`` its deterministic limit; ``seed`` CP-SAT's
+    seed), then time the
     new per-processor orders (`Schedule.orders`) at their earliest starts, which moves later work into
     the room made. The timed schedule when it validates, else the re-placed one; None when CP-SAT
     found nothing."""
-    moved = reoptimize_window(problem, schedule, free, time_limit, workers, objective, processors, work)
+    moved = reoptimize_window(problem, schedule, free, time_limit, workers, objective, processors, work, seed)
     return None if moved is None else _retimed(problem, moved)

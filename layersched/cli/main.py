@@ -16,7 +16,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from layersched.cli.options import add_quiet, add_time_limit, positive_int
+from layersched.cli.options import add_quiet, add_time_limit, positive_int, search_seed
 from layersched.formats.units import fmt_mem, fmt_time
 
 EXIT_BAD_INPUT = 2
@@ -92,6 +92,14 @@ def _parser() -> argparse.ArgumentParser:
         help="with --solver best: go on from this schedule file (an earlier run's --out) for the same stages, "
         "ranks and micro-batches: its schedule joins the candidates and seeds the search, so the result is never "
         "slower than it (the same file may be --out)",
+    )
+    s.add_argument(
+        "--seed",
+        type=search_seed,
+        metavar="N",
+        help="with --solver best, cpsat, lns or ils: the search's random seed (default 0). Going on from a "
+        "schedule with --start, another seed searches afresh where the same one tends to end where the last "
+        "run did",
     )
     s.add_argument("--out", default="schedule.json", help="where to write the schedule (default: schedule.json)")
     add_quiet(s)
@@ -234,6 +242,13 @@ def cmd_solve(args, console: Console) -> int:
     options = {}
     if solver is not None:
         options["time_limit"] = _solver_time(args.time_limit, pipe, solver)
+    if args.seed is not None:
+        if solver not in SEEDED_SOLVERS:
+            used = f"--solver {solver}" if solver else f"the template {args.schedule or pipe.default_schedule!r}"
+            raise SpecError(
+                f"--seed: {used} has no random choices; only --solver {', '.join(SEEDED_SOLVERS)} take a seed"
+            )
+        options["seed"] = args.seed
     if args.start is not None:  # checked here, to name the file; the time it takes counts in the limit
         began = time.perf_counter()
         options["start"] = _read_start(args.start, pipe, solver, args.objective)
@@ -305,7 +320,7 @@ def cmd_solve(args, console: Console) -> int:
                     console.print(f"{k}: {v}")
         _summary(doc, console)
         console.print(f"wrote {args.out} (valid; {len(doc.tasks)} tasks, solved in {sol.runtime:.2f} s)")
-        late = _still_improving(improved, args.time_limit, doc.metrics, args.out)
+        late = _still_improving(improved, args.time_limit, doc.metrics, args.out, args.seed or 0)
         if late and not sol.info.get("interrupted"):
             console.print(late)
     if sol.info.get("interrupted"):  # said even with --quiet: the file holds an unfinished search
@@ -320,6 +335,9 @@ def cmd_solve(args, console: Console) -> int:
     return 0
 
 
+SEEDED_SOLVERS = ("best", "cpsat", "lns", "ils")
+"""The solvers `solve --seed` applies to: those with random choices (`solvers.cpsat.seed_solver`)."""
+
 STILL_IMPROVING = 0.75
 """`solve` says that more time may pay when the search's last shorter schedule came after this share
 of ``--time-limit`` and the result is above its bound. On the interleaved 1.5B row re-cut to p=5,
@@ -327,10 +345,12 @@ m=15 (session 54, 2-core VM) `best` stopped at gaps of 0.66% and 1.20% with 60 s
 600 s, where it still found shorter schedules at 187, 307, 367 and 487 s."""
 
 
-def _still_improving(improved: list[float], limit: float, metrics: dict, out: str) -> str | None:
+def _still_improving(improved: list[float], limit: float, metrics: dict, out: str, seed: int = 0) -> str | None:
     """A line for `solve`'s output where the search still found shorter schedules late in its time
     limit and the result is not proven optimal; else None. ``improved``: the seconds since the solve
-    began at which it found them; ``out``: the schedule file written.
+    began at which it found them; ``out``: the schedule file written; ``seed``: the run's ``--seed``
+    (the line suggests the next one: from the same schedule the same seed tends to end where this
+    run did; session 64, docs/measurements.md).
 
     >>> print(_still_improving([3.0, 50.0], 60, {"value": 101, "lower_bound": 100}, "s.json")[:74])
     still improving: the search found a shorter schedule at 50.0 s of its 60 s
@@ -344,8 +364,8 @@ def _still_improving(improved: list[float], limit: float, metrics: dict, out: st
     gap = (metrics["value"] - metrics["lower_bound"]) / metrics["value"]
     return (
         f"still improving: the search found a shorter schedule at {improved[-1]:.1f} s of its {limit:g} s and "
-        f"stopped {gap:.2%} above its bound; a longer --time-limit, or --start {out} (the search goes on from "
-        "that schedule), may find a shorter one"
+        f"stopped {gap:.2%} above its bound; a longer --time-limit, or --start {out} --seed {seed + 1} (the "
+        "search goes on from that schedule, with another seed), may find a shorter one"
     )
 
 

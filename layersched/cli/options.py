@@ -32,6 +32,12 @@ def seed_number(text: str) -> int:
     return whole_number(text, least=0, most=2**32 - 1)
 
 
+def search_seed(text: str) -> int:
+    """A search's seed: an integer from 0 to 2**31 - 2 (CP-SAT's own seed is it plus 1, a 32-bit
+    integer; `solvers.cpsat.seed_solver`)."""
+    return whole_number(text, least=0, most=2**31 - 2)
+
+
 def two_or_more(text: str) -> int:
     """An integer of at least 2 (say, the points of a sweep)."""
     return whole_number(text, least=2)

@@ -374,6 +374,7 @@ def _search_mode(
     progress,
     tried: dict,
     graphs: dict,
+    seed: int = 0,
 ) -> _Search:
     """On the graph of one backward mode and placement, within ``share`` seconds: list scheduling;
     the best of it and ``seeds`` (converted to this mode where that is exact) polished by moves on its
@@ -385,7 +386,7 @@ def _search_mode(
     (`solvers.lns.improve_windows`) for the rest, all up to CP-SAT's own size limit (beyond it each
     step re-times tens of thousands of tasks; on the ZB-V row at p=32, 49,152 tasks, they found
     nothing). A step estimated not to fit in what is left of ``budget`` is skipped, and said so in
-    ``tried``."""
+    ``tried``. ``seed`` seeds polish's moves and every CP-SAT call (`solvers.cpsat.seed_solver`)."""
     from solvers import get_solver
     from solvers.cpsat import MAX_SEARCH_TASKS, decline_reason
     from solvers.lns import improve_bands, improve_coarse, improve_tails, improve_windows
@@ -422,7 +423,12 @@ def _search_mode(
     if start is not None and value > floor and end - time.perf_counter() > 0.05:
         try:
             polished = polish(
-                problem, start, objective=objective, time_limit=POLISH_SHARE * (end - time.perf_counter()), bound=floor
+                problem,
+                start,
+                objective=objective,
+                time_limit=POLISH_SHARE * (end - time.perf_counter()),
+                bound=floor,
+                seed=seed,
             )
         except KeyboardInterrupt:
             sol = _solution(pipe, tasks, start, "best", objective, None, t0, known)
@@ -447,6 +453,7 @@ def _search_mode(
             symmetry=symmetry_chains(tasks),
             progress=progress,
             known_bound=floor,
+            seed=seed,
         )
         tried[f"cpsat ({mode})"] = found.objective if found.schedule is not None else found.status
         if found.info.get("not_run"):
@@ -483,6 +490,7 @@ def _search_mode(
                 jump_proven=TAIL_JUMP_PROVEN,
                 fixed_first=TAIL_FIXED_FIRST,
                 unhinted=TAIL_UNHINTED_TASKS,
+                seed=seed,
             )
             interrupted = bool(info.get("interrupted"))
             tried[f"tail ({mode})"] = schedule.objective(problem, objective)
@@ -497,6 +505,7 @@ def _search_mode(
                 workers=workers,
                 progress=progress,
                 symmetry=chains,
+                seed=seed,
             )
             interrupted = bool(info.get("interrupted"))
             if info["levels"]:
@@ -511,6 +520,7 @@ def _search_mode(
                 step_limit=BAND_STEP,
                 workers=workers,
                 progress=progress,
+                seed=seed,
             )
             interrupted = bool(info.get("interrupted"))
             tried[f"bands ({mode})"] = schedule.objective(problem, objective)
@@ -524,6 +534,7 @@ def _search_mode(
                 bound=bound,
                 workers=workers,
                 progress=progress,
+                seed=seed,
             )
             interrupted = bool(info.get("interrupted"))
         got = improved.objective(problem, objective)
@@ -913,6 +924,7 @@ def solve_best(
     progress=None,
     templates: list[str] | None = None,
     start: Start | None = None,
+    seed: int = 0,
 ) -> Solution:
     """The best schedule of every template that fits (memory included), list scheduling and CP-SAT,
     with a lower bound that holds for everything searched.
@@ -923,6 +935,10 @@ def solve_best(
     one's schedule. Orders that do not fit
     ``pipe`` (another partition's memory, say) are left out, and ``info["candidates"]["start"]`` says
     why ("not used: ...").
+
+    ``seed`` seeds the search (polish's moves and CP-SAT's; `solvers.cpsat.seed_solver`): going on
+    from a schedule that an earlier run's search ended on, the same seed tends to end there again, and
+    another seed draws afresh (docs/measurements.md, session 64).
 
     CP-SAT searches, at the problem's placement (else the best template's), the split-backward graph
     and, unless `fused_is_dominated`, the fused-backward graph too; the searches share what the
@@ -1006,7 +1022,7 @@ def solve_best(
         try:
             searches.append(
                 _search_mode(
-                    pipe, split, stage_to_rank, found, objective, budget, share, workers, progress, tried, graphs
+                    pipe, split, stage_to_rank, found, objective, budget, share, workers, progress, tried, graphs, seed
                 )
             )
         except KeyboardInterrupt:

@@ -562,3 +562,44 @@ def test_window_steps_limited_by_deterministic_work_repeat_exactly():
     validate(p, a)
     assert info_a == info_b and info_a["steps"] == 12
     assert a.processor.tolist() == b.processor.tolist() and a.start.tolist() == b.start.tolist()
+
+
+def test_a_seed_reaches_cpsat_in_every_step_and_seed_0_leaves_its_default(monkeypatch):
+    """``seed`` is CP-SAT's random seed less one in every step that calls it (the whole-problem call of
+    `cpsat_lns`, band, coarse, tail and window steps): seed 0 leaves CP-SAT's own default (1), so a
+    call without a seed searches as before. A seed out of range is refused."""
+    import solvers.cpsat
+    from solvers.cpsat import MAX_SEED, cpsat
+    from solvers.lns import improve_bands, improve_coarse, improve_tails, improve_windows
+
+    seen: list[int] = []
+
+    class Spy(solvers.cpsat.cp_model.CpSolver):
+        def solve(self, model, *args):
+            seen.append(self.parameters.random_seed)
+            return super().solve(model, *args)
+
+    monkeypatch.setattr(solvers.cpsat.cp_model, "CpSolver", Spy)
+    p = layered(24, processors=2, seed=1)
+    start = list_schedule(p).schedule
+    big = Problem(duration=[3000, 3000, 2000, 2000, 2000], num_processors=2)  # coarse levels run on it
+    serial = Schedule(processor=np.zeros(5, dtype=np.int64), start=np.array([0, 3000, 6000, 8000, 10000]))
+    cut = np.zeros(2, dtype=np.int64)  # every task free
+    for seed in (0, 4):
+        steps = {
+            "lns": lambda s=seed: cpsat_lns(p, time_limit=1.0, window=8, step_limit=0.2, hint=start, seed=s),
+            "bands": lambda s=seed: improve_bands(p, start, time_limit=0.6, band=0.5, step_limit=0.3, seed=s),
+            "coarse": lambda s=seed: improve_coarse(big, serial, time_limit=2, bound=6000, seed=s),
+            # each of a tail window's three searches first: CP-SAT's fixed search, the unhinted, the hinted
+            "tails, fixed": lambda s=seed: improve_tails(p, start, cut, time_limit=0.6, fixed_first=0.1, seed=s),
+            "tails, unhinted": lambda s=seed: improve_tails(p, start, cut, time_limit=0.6, unhinted=1, seed=s),
+            "tails, hinted": lambda s=seed: improve_tails(p, start, cut, time_limit=0.6, seed=s),
+            "windows": lambda s=seed: improve_windows(p, start, time_limit=0.5, window=8, step_limit=0.2, seed=s),
+        }
+        for name, run in steps.items():
+            seen.clear()
+            run()
+            assert seen and set(seen) == {seed + 1}, (name, seed, seen)
+    for bad in (-1, MAX_SEED + 1):
+        with pytest.raises(ValueError, match="seed"):
+            cpsat(p, time_limit=1, seed=bad)

@@ -309,10 +309,41 @@ def test_solve_says_when_the_search_was_still_improving(tmp_path, capsys, monkey
     assert main(args) == 0
     said = " ".join(capsys.readouterr().out.split())
     late = re.search(r"still improving: the search found a shorter schedule at ([\d.]+) s of its 1 s", said)
-    assert late and float(late.group(1)) >= 0.75 and f"--start {out}" in said
+    assert late and float(late.group(1)) >= 0.75 and f"--start {out} --seed 1 " in said  # the next seed
+    assert main([*args, "--seed", "4"]) == 0
+    assert f"--start {out} --seed 5 " in " ".join(capsys.readouterr().out.split())
     monkeypatch.setattr(solve_module, "solve_pipeline", improving_at(0.3))
     assert main(args) == 0
     assert "still improving" not in capsys.readouterr().out
+
+
+def test_solve_passes_its_seed_to_the_search_and_refuses_it_where_nothing_is_random(tmp_path, capsys, monkeypatch):
+    """``--seed`` reaches the solver (best, cpsat, lns, ils); with a template or a solver without random
+    choices it is refused with the solvers that take one, and a negative or too large seed by argparse."""
+    import layersched.schedule.solve as solve_module
+
+    real, given = solve_module.solve_pipeline, []
+
+    def spy(pipe, **options):
+        if options.get("solver"):  # not the templates' own calls
+            given.append(options.get("seed"))
+        return real(pipe, **options)
+
+    monkeypatch.setattr(solve_module, "solve_pipeline", spy)
+    out = str(tmp_path / "s.json")
+    problem = str(DATA / "zb-1.5b.yaml")
+    quiet = ["--out", out, "--quiet"]
+    assert main(["solve", problem, "--solver", "best", "--time-limit", "2", "--seed", "3", *quiet]) == 0
+    assert main(["solve", problem, "--solver", "ils", "--time-limit", "1", "--seed", "2", *quiet]) == 0
+    assert main(["solve", problem, "--solver", "best", "--time-limit", "2", *quiet]) == 0
+    assert given == [3, 2, None]  # without --seed the search's own default
+    for how in (["--solver", "list"], ["--schedule", "1f1b"]):
+        assert main(["solve", problem, *how, "--seed", "1", "--out", out]) == 2
+        err = capsys.readouterr().err
+        assert "--seed: " in err and "has no random choices; only --solver best, cpsat, lns, ils take a seed" in err
+    for bad in ("-1", str(2**31 - 1), "x"):
+        assert main(["solve", problem, "--solver", "best", "--seed", bad]) == 2
+        assert "argument --seed: must be " in capsys.readouterr().err
 
 
 def _arguments(parser, path=("layersched",)):

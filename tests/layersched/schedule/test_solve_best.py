@@ -745,3 +745,53 @@ def test_best_takes_templates_with_zero_length_weight_passes_under_a_memory_limi
     sol, listed = check_best(pipe)
     assert max(sol.metrics["peak_memory"]) <= pipe.capacity
     assert any(name.startswith("polish") for name in sol.info["candidates"]), sol.info["candidates"]
+
+
+def test_best_gives_its_seed_to_polish_and_to_every_cpsat_step(monkeypatch):
+    """``seed`` reaches polish, the whole-model CP-SAT call (as CP-SAT's random seed less one) and the
+    tail, coarse, band and window steps (stubbed here, and given room by a short `BAND_STEP`); without
+    one they all get 0, which leaves CP-SAT's own default."""
+    import yaml
+
+    import solvers.cpsat
+    import solvers.lns
+    import solvers.polish
+    from layersched.describe.config import ProblemSpec
+    from layersched.describe.stages import pipeline_from_spec
+    from layersched.schedule import solve
+    from tests.paths import PROBLEMS
+
+    seen: list[tuple[str, int]] = []
+
+    class Spy(solvers.cpsat.cp_model.CpSolver):
+        def solve(self, model, *args):
+            seen.append(("cpsat", self.parameters.random_seed - 1))
+            return super().solve(model, *args)
+
+    real_polish = solvers.polish.polish
+
+    def polish(problem, start, **kw):
+        seen.append(("polish", kw["seed"]))
+        return real_polish(problem, start, **{**kw, "time_limit": 0.2})
+
+    def step(name):
+        def stub(problem, schedule, *args, **kw):
+            seen.append((name, kw["seed"]))
+            return schedule, {"levels": {}}
+
+        return stub
+
+    monkeypatch.setattr(solvers.cpsat.cp_model, "CpSolver", Spy)
+    monkeypatch.setattr(solvers.polish, "polish", polish)
+    for name in ("tails", "coarse", "bands", "windows"):
+        monkeypatch.setattr(solvers.lns, f"improve_{name}", step(name))
+    monkeypatch.setattr(solve, "BAND_STEP", 0.05)
+    # the 1.5B interleaved row re-cut to p=4, m=8: no template reaches the bound, so every step runs
+    doc = yaml.safe_load((PROBLEMS / "zb-interleaved-1.5b.yaml").read_text())
+    doc["pipeline"].update(stages=12, microbatches=8, memory_limit=12 * doc["pipeline"]["memory_forward"])
+    pipe = pipeline_from_spec(ProblemSpec.model_validate(doc))
+    for seed in (0, 3):
+        seen.clear()
+        solve_best(pipe, time_limit=4, seed=seed)
+        assert {name for name, _ in seen} == {"polish", "cpsat", "tails", "coarse", "bands", "windows"}
+        assert {s for _, s in seen} == {seed}, seen
