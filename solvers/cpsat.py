@@ -125,6 +125,7 @@ def cpsat(
     problem.require_uniform("cpsat")
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r}; valid: {', '.join(OBJECTIVES)}")
+    cpsat_seed(seed)  # a bad seed is refused before the model is built
     bound = max(lower_bound(problem, objective), int(known_bound))
     why = infeasible_reason(problem, effective_allowed(problem))
     if why:
@@ -652,9 +653,14 @@ def seed_solver(solver: cp_model.CpSolver, seed: int) -> None:
     >>> seed_solver(s, 4); s.parameters.random_seed
     5
     """
+    solver.parameters.random_seed = cpsat_seed(seed)
+
+
+def cpsat_seed(seed: int) -> int:
+    """CP-SAT's random seed for our ``seed`` (see `seed_solver`); ``ValueError`` outside 0 to `MAX_SEED`."""
     if not 0 <= seed <= MAX_SEED:
         raise ValueError(f"seed: expected 0 to {MAX_SEED:,}, got {seed}")
-    solver.parameters.random_seed = int(seed) + 1
+    return int(seed) + 1
 
 
 MAX_SEED = 2**31 - 2
