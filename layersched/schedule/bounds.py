@@ -39,6 +39,12 @@ So from ``T`` to the end of ``k``'s last forward lies at least that *block* of w
 pass, and the last forward's micro-batch still has its chain to ``q``'s ``W`` passes after it, so
 ``span_q >= head + block + tail``. On Zero Bubble's ZB-V row (p=16) it gives a bubble of 0.0697,
 which the ZB authors' V generator reaches (published 0.0697): the V's middle rank is such a ``k``.
+The forwards before ``T`` must also fit in *time*: each starts no earlier than its offset from
+``q``'s first pass (where ``q``'s stage lies before all of ``k``'s), on one processor, so at most
+the work `_done_by` allows in the ``head`` runs before ``T``. A later ``T`` lets in no more than it
+waits, so the block shrinks by no more than the head grows. Under more memory than ZB-V's this is
+what binds: at p=6, m=12 under 14 stage activations the middle rank fits 14 forwards but has time
+for 13.1, and the bound rises from 931,985 to 944,834 (1.38%).
 
 **Memory time** (under a memory limit; the strong one when the limit is low). Memory is taken when a
 forward starts and given back when the pass that frees it ends. So on rank ``q`` every micro-batch
@@ -224,7 +230,7 @@ def pipeline_bounds(pipe: Pipeline, stage_to_rank: list[int], objective: str) ->
     if through:
         out["through_rank"] = through
     if cap != np.inf:
-        relay = _relay(rank, m, F, I, W, mf, mw, int(cap), chain, objective)
+        relay = _relay(rank, m, F, I, W, mf, mw, int(cap), chain, down, objective)
         if relay:
             out["memory_relay"] = relay
         held, ramps = _memory_time(rank, m, F, I, W, B, mf, mw, int(cap), chain, down, objective)
@@ -340,7 +346,9 @@ def _held_at_most(span: int, cap: float, up: tuple[float, float], down: tuple[fl
     return held * (1 + 1e-9)
 
 
-def _relay(rank: list[int], m: int, F, I, W, mf: list[int], mw: list[int], cap: int, chain, objective: str) -> int:
+def _relay(
+    rank: list[int], m: int, F, I, W, mf: list[int], mw: list[int], cap: int, chain, down, objective: str
+) -> int:
     """The memory relay bound (see the module text): for ranks ``q`` and ``k``, the chain from ``q``'s
     first pass to ``k``'s first ``I``, then ``k``'s forwards that did not fit before it and the fewest
     passes that free enough memory for ``k``'s last forward, then the chain from that forward to
@@ -361,20 +369,32 @@ def _relay(rank: list[int], m: int, F, I, W, mf: list[int], mw: list[int], cap: 
         # forwards before k's first I: nothing is freed yet, so at most the limit's worth (a
         # fractional knapsack by work per byte bounds the work they can take off the block)
         early = _most_work([(int(F[s]), m, mf[s]) for s in mine], cap)
-        late = m * int(sum(F[s] for s in mine)) - int(np.floor(early))
+        work_f = m * int(sum(F[s] for s in mine))
         # the cheapest way to free a byte: an I with its W (all of the forward's memory), or an I alone
         rates = [(int(I[s] + W[s]), mf[s]) for s in mine if mf[s] > 0]
         rates += [(int(I[s]), mf[s] - mw[s]) for s in mine if mf[s] - mw[s] > 0]
         freeing = min(-(-excess * cost // freed) for cost, freed in rates)
-        block = late + freeing
+
+        # per rank q (every stage for the makespan): the head, and q's stages before all of k's,
+        # from which k's forwards before its first I must also fit in time (`_forwards_in`)
         if objective == "span":
-            for theirs in stages:
-                if theirs:
-                    head = max(min(chain(a, s) for s in mine) for a in theirs)
-                    best = max(best, head + block + tail(mine, theirs))
+            ends = [(max(min(chain(a, s) for s in mine) for a in t), t) for t in stages if t]
         else:
-            best = max(best, min(chain(0, s) for s in mine) + block + tail(mine, range(S)))
+            ends = [(min(chain(0, s) for s in mine), list(range(S)))]
+        for head, theirs in ends:
+            starts = [a for a in theirs if a <= mine[0]] if objective == "span" else [0]
+            fits = min([early] + [_forwards_in(head, mine, a, down, F, mf, m, cap) for a in starts])
+            best = max(best, head + work_f - int(np.floor(fits)) + freeing + tail(mine, theirs))
     return best
+
+
+def _forwards_in(head: int, mine: list[int], first: int, down, F, mf: list[int], m: int, cap: float) -> float:
+    """At most the forward work of the stages ``mine`` (one rank, ``m`` micro-batches each, under
+    ``cap``) that runs within ``head`` of a pass before every forward of stage ``first`` (at most each
+    of ``mine``): each forward comes at least its chain offset from that stage after it, and they run
+    one at a time (`_done_by`). A window ``x`` longer holds at most ``x`` more."""
+    items = [(int(down[s] - down[first]), int(F[s]), int(mf[s])) for s in mine]
+    return _done_by(head, items, [m] * len(mine), cap)
 
 
 def _held_apart(rank: list[int], m: int, I, W, c: list[int], mf: list[int], cap: int, chain, down, objective) -> int:

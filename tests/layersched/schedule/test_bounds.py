@@ -54,6 +54,46 @@ def test_memory_relay_on_the_v_row_is_the_path_through_the_middle_rank():
     assert bound <= template < bound * 1.002
 
 
+def test_memory_relay_counts_the_time_the_early_forwards_take():
+    """V on 2 ranks (stages 0 and 3 on rank 0, 1 and 2 on rank 1), F = 4, 6, 1, 4, I = 3, W = 1,
+    transfer 2, limit 5 of 6 forwards on rank 1, 3 micro-batches. Rank 1's first I comes at least 24
+    after rank 0's first pass (0F0, the hop, 1F0, 2F0, the hop, 3F0, 3I0, the hop). Memory lets 5
+    forwards (20 of rank 1's 21 of forward work) run before it, but none starts before 6 (stage 1's
+    offset), so at most 18 fit: 3 come after it, not 1. One forward's memory must be freed (an I, 3)
+    before the last, and from the end of that forward (2F2) rank 0 waits 23 for 0W2 (2F2's hop, 3F2,
+    3I2, the hop, 2I2, 1I2, the hop, 0I2, 0W2). 24 + 3 + 3 + 23 = 53, the optimum (CP-SAT proves it);
+    by memory alone the bound said 51."""
+    pipe = stage_pipeline(
+        stages=4, stages_per_rank=2, placement="v", microbatches=3, forward=[4, 6, 1, 4], backward_input=3,
+        backward_weight=1, transfer=2, memory_forward=1, memory_freed_by_weight=0, memory_limit=5,
+    )  # fmt: skip
+    bounds = pipeline_bounds(pipe, pipe.stage_to_rank(), "span")
+    assert bounds["memory_relay"] == 24 + 3 + 3 + 23 == max(bounds.values())
+    optimum = solve_pipeline(pipe, solver="cpsat", objective="span", time_limit=30)
+    assert optimum.result.status == "optimal" and optimum.metrics["value"] == 53
+
+
+def test_memory_relay_on_the_v_row_with_more_memory_than_zb_v():
+    """The V at p=6, m=12 under 14 stage activations (ZB-V's limit is 12): the middle rank (stages 5
+    and 6) may hold 14 forwards before its first I, 268,934 after 0F0 (12 F, 5 I, 15 hops), but its
+    first forward comes only 5 F and 5 hops after 0F0: 188,849 of forward work fit, 13.1 forwards.
+    The other 156,919 of its 24 forwards come after that I, with 10 forwards' memory freed before
+    the last (10 I + W: 240,560), then 278,421 from the end of 6F11 to 0W11 (5 F, 12 I, 15 hops, W).
+    The zb-v template stays above it."""
+    pipe = stage_pipeline(
+        stages=12, stages_per_rank=2, placement="v", microbatches=12, forward=14407, backward_input=14380,
+        backward_weight=9676, transfer=1610, memory_forward=303104, memory_freed_by_weight=131072,
+        memory_limit=14 * 303104,
+    )  # fmt: skip
+    F, I, W, c = 14407, 14380, 9676, 1610
+    head = 12 * F + 5 * I + 15 * c
+    fits = head - 5 * (F + c)
+    tail = 5 * F + 12 * I + 15 * c + W
+    bound = pipeline_bounds(pipe, pipe.stage_to_rank(), "span")["memory_relay"]
+    assert bound == head + (24 * F - fits) + 10 * (I + W) + tail == 944_834
+    assert solve_pipeline(pipe, schedule="zb-v").metrics["value"] >= bound
+
+
 def test_through_rank_proves_zb_2p_optimal_on_the_1_5b_setting():
     """1.5B, p=8, m=24 under 2p: every pass on rank 7 waits for micro-batch 0's 7 forwards and hops;
     the last I there ends after all 24 F and 24 I of rank 7; its micro-batch then has 7 hops and I
