@@ -379,9 +379,10 @@ def _search_mode(
     """On the graph of one backward mode and placement, within ``share`` seconds: list scheduling;
     the best of it and ``seeds`` (converted to this mode where that is exact) polished by moves on its
     critical chain (`solvers.polish`, at most `POLISH_SHARE` of the share); CP-SAT from that for
-    `CPSAT_SHARE` of what is left; then, from CP-SAT's result, CP-SAT at coarser time, then finer
+    `CPSAT_SHARE` of what is left; then, from CP-SAT's result, the tail step (`solvers.lns.improve_tails`
+    with `widening_tails`, `TAIL_SHARE` of what is left), CP-SAT at coarser time, then finer
     (`solvers.lns.improve_coarse`, `COARSE_SHARE` of the rest; with the symmetry chains up to
-    `COARSE_SYMMETRY_TASKS`), band steps
+    `COARSE_SYMMETRY_TASKS`; before the tail step on graphs of at most `COARSE_FIRST_TASKS`), band steps
     (`solvers.lns.improve_bands`, `BAND_SHARE` of the rest) and CP-SAT window steps
     (`solvers.lns.improve_windows`) for the rest, all up to CP-SAT's own size limit (beyond it each
     step re-times tens of thousands of tasks; on the ZB-V row at p=32, 49,152 tasks, they found
@@ -474,7 +475,29 @@ def _search_mode(
         tried[f"lns ({mode})"] = f"not run: {problem.num_tasks:,} tasks, more than {MAX_SEARCH_TASKS:,}"
     elif not interrupted and result.objective > bound and end - time.perf_counter() > 0.1:
         schedule = result.schedule
-        if end - time.perf_counter() > 2 * BAND_STEP:  # every rank's tail re-solved at once
+
+        def coarse(schedule: Schedule) -> tuple[Schedule, bool]:
+            """The coarse levels for `COARSE_SHARE` of what is left: the schedule, and whether interrupted."""
+            chains = symmetry_chains(tasks) if problem.num_tasks <= COARSE_SYMMETRY_TASKS else None
+            schedule, info = improve_coarse(
+                problem,
+                canonical(tasks, schedule) if chains else schedule,  # in the chains' order: the same schedule
+                objective=objective,
+                time_limit=(end - time.perf_counter()) * COARSE_SHARE,
+                bound=bound,
+                workers=workers,
+                progress=progress,
+                symmetry=chains,
+                seed=seed,
+            )
+            if info["levels"]:
+                tried[f"coarse ({mode})"] = schedule.objective(problem, objective)
+            return schedule, bool(info.get("interrupted"))
+
+        coarse_first = problem.num_tasks <= COARSE_FIRST_TASKS
+        if coarse_first and end - time.perf_counter() > 2 * BAND_STEP:  # small: the coarse levels first
+            schedule, interrupted = coarse(schedule)
+        if not interrupted and end - time.perf_counter() > 2 * BAND_STEP:  # every rank's tail re-solved at once
             tail_time = (end - time.perf_counter()) * TAIL_SHARE
             schedule, info = improve_tails(
                 problem,
@@ -494,22 +517,8 @@ def _search_mode(
             )
             interrupted = bool(info.get("interrupted"))
             tried[f"tail ({mode})"] = schedule.objective(problem, objective)
-        if not interrupted and end - time.perf_counter() > 2 * BAND_STEP:  # coarse levels, then band steps
-            chains = symmetry_chains(tasks) if problem.num_tasks <= COARSE_SYMMETRY_TASKS else None
-            schedule, info = improve_coarse(
-                problem,
-                canonical(tasks, schedule) if chains else schedule,  # in the chains' order: the same schedule
-                objective=objective,
-                time_limit=(end - time.perf_counter()) * COARSE_SHARE,
-                bound=bound,
-                workers=workers,
-                progress=progress,
-                symmetry=chains,
-                seed=seed,
-            )
-            interrupted = bool(info.get("interrupted"))
-            if info["levels"]:
-                tried[f"coarse ({mode})"] = schedule.objective(problem, objective)
+        if not interrupted and not coarse_first and end - time.perf_counter() > 2 * BAND_STEP:  # then band steps
+            schedule, interrupted = coarse(schedule)
         if not interrupted and end - time.perf_counter() > 2 * BAND_STEP:  # band steps, where two of them fit
             schedule, info = improve_bands(
                 problem,
@@ -871,6 +880,21 @@ On the 1.5B interleaved row re-cut to p=4, where CP-SAT with the real times stop
 took `best` (60 s) to 0.08 / 0.92 / 1.36% in three runs; with 0.8 to the bound in all three, but then
 the p=8 row kept torch's order, band steps having too little time (figures:
 ``benchmarks/results/multichunk-2core-vm.txt``)."""
+
+COARSE_FIRST_TASKS = 500
+"""Up to this many tasks the coarse levels run before the tail step, not after it (`_search_mode`).
+On small rows they find in seconds what the tail step's narrow windows, each proven optimal without a
+gain, leave for minutes: on the interleaved p=3, m=12, two stages per rank under 8 activations (216
+passes), from `best`'s 60 s schedule (1.16%) 20 s of them reach the bound with either seed, and a
+300 s `best` got there only through them, after 163 s of tail windows. 60 s runs of `best`, 2-core VM
+(session 66), two alternated pairs per row, first against after the tail step: p=3, m=12, v=2 under 8
+0.00, 0.00% against 2.00, 2.00%; p=4, m=9, v=3 under 9 0.00, 0.38% against 2.86, 3.18%; p=4, m=8, v=3
+under 15 (slower links) 0.00, 0.00% against 1.35, 1.35%; the V at p=5, m=10 under 7 0.00, 0.00%
+against 1.36, 0.98%; p=4, m=8 (1F1B's memory) 0.00% in all four, in 24 s against 45 s; p=4, m=16, v=2
+(384 passes) 0.17, 0.00% against 0.17, 0.17%; p=5, m=10, v=3 under 18 (450) 1.33, 1.33% against 1.93,
+2.41%. Larger, with the levels first up to 700: p=6, m=15, v=2 (540) 0.92, 1.15% against 1.18,
+1.18%, and p=5, m=20, v=2 (600) 0.84, 0.45% against 0.98, 0.53%, within their spread; p=6, m=12, v=3
+(648) worse, 2.15, 2.15% against 1.13, 1.70%. Hence 500."""
 
 COARSE_SYMMETRY_TASKS = 1500
 """Up to this many tasks the coarse levels keep the micro-batch symmetry chains (`symmetry_chains`).
