@@ -517,7 +517,7 @@ def _search_mode(
             )
             interrupted = bool(info.get("interrupted"))
             tried[f"tail ({mode})"] = schedule.objective(problem, objective)
-        if not interrupted and not coarse_first and end - time.perf_counter() > 2 * BAND_STEP:  # then band steps
+        if not interrupted and not coarse_first and end - time.perf_counter() > 2 * BAND_STEP:  # larger: levels after
             schedule, interrupted = coarse(schedule)
         if not interrupted and end - time.perf_counter() > 2 * BAND_STEP:  # band steps, where two of them fit
             schedule, info = improve_bands(
