@@ -16,6 +16,9 @@ re-solves the chosen windows from it (`solvers.cpsat.solve_tails`), once per see
 - ``--hints on,off`` replays each window with `best`'s hint (the schedule it starts from) and/or
   without it (`solvers.cpsat.solve_tails`' ``hint=False``, as `best` searches the first half of a
   wide window; `layersched.schedule.solve.TAIL_UNHINTED_TASKS`);
+- ``--parameters '{"use_dynamic_precedence_in_disjunctive": true}'`` sets more of CP-SAT's
+  parameters, by name (a JSON object; `solvers.cpsat.solve_tails`' ``parameters``) in every replay,
+  for a setting `best` does not use (session 67 tried branching on precedences this way);
 - ``--first`` solves window 0 first (as `best` cuts it, whatever ``--skews`` says; all subsolvers,
   seed 0, up to ``--seconds``; `best` would also give it a second of CP-SAT's fixed search first)
   and replays the others from its schedule.
@@ -27,13 +30,14 @@ many solutions each subsolver found (from CP-SAT's log). Session 55's replays us
 
 Usage: python benchmarks/tail_replay.py PROBLEM.yaml [--windows 0,2] [--seconds 15] [--seeds 0,1,2]
                                          [--subsolvers all,scheduling] [--skews 0,2] [--hints on,off]
-                                         [--first]
+                                         [--parameters JSON] [--first]
                                          [--time-limit 60]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import re
@@ -110,18 +114,21 @@ def replay(
     seed: int,
     ignore: list[str],
     hint: bool = True,
+    parameters: dict | None = None,
 ) -> dict:
     """One window (per-rank ``cut``) re-solved from ``schedule`` for ``seconds`` with CP-SAT's
     ``seed`` and the subsolvers ``ignore`` left out (and ``schedule`` not given as the hint, with
-    ``hint=False``): ``found`` (the span found, or the start's where CP-SAT found nothing better),
-    ``schedule``, ``free``, ``bound`` (the window's own), ``proven``, ``seconds``, and ``solutions``
-    (a Counter of the subsolvers that found each one, from the log)."""
+    ``hint=False``; with more of CP-SAT's ``parameters`` where given, as `_parameters` reads them):
+    ``found`` (the span found, or the start's where CP-SAT found nothing better), ``schedule``,
+    ``free``, ``bound`` (the window's own), ``proven``, ``seconds``, and ``solutions`` (a Counter of
+    the subsolvers that found each one, from the log)."""
     lines: list[str] = []
     stats: dict = {}
     t0 = time.perf_counter()
     found, proven = solve_tails(
         problem, schedule, cut, seconds, objective=objective, bound=bound, stats=stats,
-        parameters={"random_seed": seed, "ignore_subsolvers": ignore}, log=lines.append, hint=hint,
+        parameters={**(parameters or {}), "random_seed": seed, "ignore_subsolvers": ignore}, log=lines.append,
+        hint=hint,
     )  # fmt: skip
     took = time.perf_counter() - t0
     if (
@@ -182,6 +189,39 @@ def _settings(text: str) -> list[str]:
     return _words(text, SUBSOLVERS, "setting")
 
 
+OWN_PARAMETERS = {"random_seed": "--seeds", "ignore_subsolvers": "--subsolvers"}
+"""CP-SAT parameters that other options set, and the option that sets each."""
+
+
+def _parameters(text: str) -> dict:
+    """``'{"use_dynamic_precedence_in_disjunctive": true}'`` -> that dict: CP-SAT parameters by name,
+    each a field of its ``SatParameters`` with a value it takes (else one line saying which and why);
+    not those another option sets (`OWN_PARAMETERS`)."""
+    from ortools.sat import sat_parameters_pb2
+
+    try:
+        given = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"not JSON ({e.msg}): {text!r}") from None
+    if not isinstance(given, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object of CP-SAT parameters by name, got {text!r}")
+    fields = sat_parameters_pb2.SatParameters.DESCRIPTOR.fields_by_name
+    for name, value in given.items():
+        if name in OWN_PARAMETERS:
+            raise argparse.ArgumentTypeError(f"{name}: set by {OWN_PARAMETERS[name]}")
+        if name not in fields:
+            raise argparse.ArgumentTypeError(f"{name}: not one of CP-SAT's parameters (ortools' SatParameters)")
+        trial = sat_parameters_pb2.SatParameters()
+        try:
+            if isinstance(value, list):
+                getattr(trial, name).extend(value)
+            else:
+                setattr(trial, name, value)
+        except (TypeError, ValueError, AttributeError) as e:
+            raise argparse.ArgumentTypeError(f"{name}: {value!r} is not a value it takes ({e})") from None
+    return given
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("problem", type=Path, help="a problem file (problems/*.yaml, or a row multichunk.py writes)")
@@ -203,6 +243,13 @@ def main() -> None:
         type=_hints,
         default=[True],
         help="on (the hint: the schedule the window starts from) and/or off (default on)",
+    )
+    ap.add_argument(
+        "--parameters",
+        type=_parameters,
+        default={},
+        help="more CP-SAT parameters for every replay, a JSON object by name, e.g. "
+        "'{\"use_dynamic_precedence_in_disjunctive\": true}' (default none)",
     )
     ap.add_argument("--first", action="store_true", help="solve window 0 first and replay the others from its schedule")
     ap.add_argument(
@@ -231,10 +278,13 @@ def main() -> None:
     console.print(f"{args.problem.name}: the tail step starts at {gap(start.objective(problem, objective))}")
     if args.first:
         first = replay(problem, start, kept["cuts"](start, 0), args.seconds, objective=objective, bound=bound, seed=0,
-                       ignore=[])  # fmt: skip
+                       ignore=[], parameters=args.parameters)  # fmt: skip
         start = first["schedule"]
         console.print(f"window 0 first: {gap(first['found'])}, proven: {first['proven']}, {first['seconds']:.1f} s")
-    table = Table(title=f"{args.problem.name}: tail windows replayed, {args.seconds:g} s each; the bound {bound:,}")
+    extra = f"; CP-SAT parameters {json.dumps(args.parameters)}" if args.parameters else ""
+    table = Table(
+        title=f"{args.problem.name}: tail windows replayed, {args.seconds:g} s each; the bound {bound:,}{extra}"
+    )
     columns = ("window", "skew", "free", "subsolvers", "hint", "seed", "start", "found", "window's bound", "proven",
                "s")  # fmt: skip
     for col in (*columns, "solutions"):
@@ -247,7 +297,7 @@ def main() -> None:
                 raise SystemExit(f"--windows: the row has no window {k} (a rank has too few forwards)")
             for setting, hint, seed in product(args.subsolvers, args.hints, args.seeds):
                 r = replay(problem, start, cut, args.seconds, objective=objective, bound=bound, seed=seed,
-                           ignore=SUBSOLVERS[setting], hint=hint)  # fmt: skip
+                           ignore=SUBSOLVERS[setting], hint=hint, parameters=args.parameters)  # fmt: skip
                 said = f"window {k}, skew {skew:g}, {setting}, hint {'on' if hint else 'off'}, seed {seed}"
                 console.print(f"{said}: {gap(r['found'])} in {r['seconds']:.1f} s")
                 table.add_row(

@@ -1,10 +1,13 @@
 """benchmarks/tail_replay.py: it replays `best`'s tail step from the step's own input."""
 
+import argparse
+import re
 from collections import Counter
 
 import numpy as np
 import pytest
 
+from solvers import Problem, Schedule
 from solvers.validate import violations
 from tests.paths import benchmark
 
@@ -60,12 +63,16 @@ def test_windows_of_another_skew_come_from_the_captured_task_graph(bench, kept):
     assert list(skewed) == list(solve.tail_cut(tasks, start, np.array([j, j + 1, j + 2, j + 3])))
 
 
-@pytest.mark.parametrize(("setting", "hint"), [("all", True), ("scheduling", True), ("all", False)])
-def test_a_replayed_window_is_valid_no_worse_and_names_who_found_it(bench, kept, setting, hint):
+@pytest.mark.parametrize(
+    ("setting", "hint", "parameters"),
+    [("all", True, None), ("scheduling", True, None), ("all", False, None),
+     ("all", True, {"use_dynamic_precedence_in_disjunctive": True})],
+)  # fmt: skip
+def test_a_replayed_window_is_valid_no_worse_and_names_who_found_it(bench, kept, setting, hint, parameters):
     problem, start = kept["problem"], kept["schedule"]
     cut = kept["cuts"](start, 0)
     r = bench.replay(problem, start, cut, 2, objective="span", bound=kept["bound"], seed=1,
-                     ignore=bench.SUBSOLVERS[setting], hint=hint)  # fmt: skip
+                     ignore=bench.SUBSOLVERS[setting], hint=hint, parameters=parameters)  # fmt: skip
     assert not violations(problem, r["schedule"], limit=1)
     assert kept["bound"] <= r["bound"] <= r["found"] <= start.objective(problem, "span")
     assert r["found"] == r["schedule"].objective(problem, "span")
@@ -96,8 +103,6 @@ def test_the_log_names_who_found_each_solution(bench):
 
 
 def test_bad_arguments_are_one_line(bench):
-    import argparse
-
     with pytest.raises(argparse.ArgumentTypeError, match="must be at least 0, got -1"):
         bench._windows("0,-1")
     with pytest.raises(argparse.ArgumentTypeError, match="must be at most 2,147,483,647"):
@@ -113,6 +118,43 @@ def test_bad_arguments_are_one_line(bench):
     assert bench._skews("0,2.5") == [0.0, 2.5]
     assert bench._windows("0,2") == [0, 2] and bench._seeds("0,2147483647") == [0, 2**31 - 1]
     assert np.array_equal(bench._settings("scheduling"), ["scheduling"])
+
+
+def test_more_cp_sat_parameters_reach_cp_sat_and_bad_ones_are_one_line(bench, monkeypatch):
+    """``--parameters`` is a JSON object of CP-SAT's parameters by name; each reaches `solve_tails`
+    beside the seed and subsolvers the other options set, which it may not set itself."""
+    given = bench._parameters('{"use_dynamic_precedence_in_disjunctive": true}')
+    assert given == {"use_dynamic_precedence_in_disjunctive": True}
+    assert bench._parameters('{"extra_subsolvers": ["fixed"], "max_presolve_iterations": 2}') == {
+        "extra_subsolvers": ["fixed"],
+        "max_presolve_iterations": 2,
+    }
+    bad = {
+        "{": "not JSON",
+        "[1]": "expected a JSON object of CP-SAT parameters by name",
+        '{"no_such_thing": 1}': "no_such_thing: not one of CP-SAT's parameters",
+        '{"random_seed": 3}': "random_seed: set by --seeds",
+        '{"ignore_subsolvers": ["ls"]}': "ignore_subsolvers: set by --subsolvers",
+        '{"num_workers": "two"}': "num_workers: 'two' is not a value it takes",
+    }
+    for text, says in bad.items():
+        with pytest.raises(argparse.ArgumentTypeError, match=re.escape(says)) as e:
+            bench._parameters(text)
+        assert "\n" not in str(e.value)
+    seen = {}
+
+    def solve_tails(*args, parameters=None, stats=None, **kwargs):
+        seen.update(parameters)
+        stats.update(free=1, bound=4)
+        return None, False
+
+    monkeypatch.setattr(bench, "solve_tails", solve_tails)
+    problem = Problem(duration=[2, 2], num_processors=1)
+    start = Schedule(processor=[0, 0], start=[0, 2])
+    r = bench.replay(problem, start, np.array([1]), 1, objective="span", bound=4, seed=7, ignore=["ls"],
+                     parameters={"use_dynamic_precedence_in_disjunctive": True})  # fmt: skip
+    assert seen == {"use_dynamic_precedence_in_disjunctive": True, "random_seed": 7, "ignore_subsolvers": ["ls"]}
+    assert r["found"] == 4 and r["schedule"] is start  # CP-SAT found nothing: the start stands
 
 
 def test_a_missing_or_bad_problem_file_is_one_line(bench, tmp_path, monkeypatch):
