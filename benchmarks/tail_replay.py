@@ -56,7 +56,7 @@ from layersched.describe.stages import pipeline_from_spec
 from layersched.schedule import solve
 from layersched.schedule.solve import TAIL_FIRST_TASKS, NoScheduleError, solve_pipeline, widening_tails
 from solvers import Problem, Schedule
-from solvers.cpsat import solve_tails
+from solvers.cpsat import set_parameters, solve_tails
 from solvers.validate import violations
 
 GENERIC_SUBSOLVERS = [
@@ -211,12 +211,8 @@ def _parameters(text: str) -> dict:
             raise argparse.ArgumentTypeError(f"{name}: set by {OWN_PARAMETERS[name]}")
         if name not in fields:
             raise argparse.ArgumentTypeError(f"{name}: not one of CP-SAT's parameters (ortools' SatParameters)")
-        trial = sat_parameters_pb2.SatParameters()
-        try:
-            if isinstance(value, list):
-                getattr(trial, name).extend(value)
-            else:
-                setattr(trial, name, value)
+        try:  # on a scratch message, as `solve_tails` will set it
+            set_parameters(sat_parameters_pb2.SatParameters(), {name: value})
         except (TypeError, ValueError, AttributeError) as e:
             raise argparse.ArgumentTypeError(f"{name}: {value!r} is not a value it takes ({e})") from None
     return given

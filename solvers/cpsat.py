@@ -488,11 +488,7 @@ def solve_tails(
         expand_memory = len(W) <= TAIL_EXPANSION_TASKS
     solver.parameters.expand_reservoir_constraints = bool(expand_memory)
     seed_solver(solver, seed)
-    for name, value in (parameters or {}).items():
-        if isinstance(value, list | tuple):
-            getattr(solver.parameters, name).extend(value)
-        else:
-            setattr(solver.parameters, name, value)
+    set_parameters(solver.parameters, parameters or {})
     if log is not None:
         solver.parameters.log_search_progress = True
         solver.parameters.log_to_stdout = False
@@ -640,6 +636,23 @@ def _window_span(
                     c.only_enforce_if(lit)
         model.add(worst >= last - first)
     return worst
+
+
+def set_parameters(message, parameters: dict) -> None:
+    """Set CP-SAT's ``parameters`` by name on ``message`` (a ``SatParameters``): a list or tuple is
+    appended to a repeated field, any other value set. Raises what protobuf raises for a name or
+    value the message does not take (``AttributeError``, ``TypeError``, ``ValueError``).
+
+    >>> s = cp_model.CpSolver()
+    >>> set_parameters(s.parameters, {"max_presolve_iterations": 2, "extra_subsolvers": ["fixed"]})
+    >>> s.parameters.max_presolve_iterations, list(s.parameters.extra_subsolvers)
+    (2, ['fixed'])
+    """
+    for name, value in parameters.items():
+        if isinstance(value, list | tuple):
+            getattr(message, name).extend(value)
+        else:
+            setattr(message, name, value)
 
 
 def seed_solver(solver: cp_model.CpSolver, seed: int) -> None:
