@@ -1007,7 +1007,12 @@ def solve_best(
         # covers the fused one
         dominated = fused_is_dominated(pipe)
         names = sorted(
-            names, key=lambda name: (dominated and not get_template(name).split_backward, get_template(name).greedy)
+            names,
+            key=lambda name: (
+                dominated and not get_template(name).split_backward,
+                get_template(name).greedy,
+                not get_template(name).first_in_best,  # on a tie the search starts from the first found
+            ),
         )
         for name in names:
             # the limit holds: a template that would not end in time is not started (one always is)

@@ -53,6 +53,10 @@ class Template:
     skip_in_best: Callable[[Pipeline], str | None] | None = None
     """Why ``best`` need not try this template on a pipeline (None: it should), for a template that
     helps only on some and would take time from the search on the others."""
+    first_in_best: bool = False
+    """Whether ``best`` tries this template before the others of its kind (fixed or greedy), so that
+    where it ties one of them, the search starts from it: for a template whose orders are as fast as
+    another's and measured to leave the search more room."""
 
 
 TEMPLATES: dict[str, Template] = {}
@@ -70,13 +74,23 @@ def template(
     greedy: bool = False,
     seconds_per_step: float = 0.0,
     skip_in_best: Callable[[Pipeline], str | None] | None = None,
+    first_in_best: bool = False,
 ):
     """Register a template builder ``f(pipe) -> per-rank action lists`` under ``name``."""
 
     def deco(fn: Callable[[Pipeline], list[list[str]]]):
         doc = " ".join((fn.__doc__ or "").strip().split("\n\n")[0].split()).replace("``", "")  # first paragraph
         TEMPLATES[name] = Template(
-            name, fn, split_backward, placement, doc, *stages_per_rank, greedy, seconds_per_step, skip_in_best
+            name,
+            fn,
+            split_backward,
+            placement,
+            doc,
+            *stages_per_rank,
+            greedy,
+            seconds_per_step,
+            skip_in_best,
+            first_in_best,
         )
         return fn
 
@@ -300,10 +314,17 @@ def _rounds(pipe: Pipeline, g: int) -> tuple[list[list[tuple[int, int]]], list[l
 
 
 def _rounds_orders(pipe: Pipeline, g: int) -> list[list[str]]:
-    """`interleaved_zb`'s orders with rounds of ``g`` micro-batches: rank ``r`` runs its warm-up
-    forwards, then a forward (while any are left) and an ``I`` in turn; its ``W`` passes trail the
-    ``I`` passes by ``r`` (ZB-H1's rule), and the ``W`` still owed come last."""
-    forwards, backwards, warm = _rounds(pipe, g)
+    """`interleaved_zb`'s orders with rounds of ``g`` micro-batches (`_turns` of `_rounds`)."""
+    return _turns(*_rounds(pipe, g))
+
+
+def _turns(
+    forwards: list[list[tuple[int, int]]], backwards: list[list[tuple[int, int]]], warm: list[int]
+) -> list[list[str]]:
+    """Per-rank orders from sequences of forwards and ``I`` passes ((stage, micro-batch) pairs) by torch's
+    fixed rule: rank ``r`` runs its ``warm[r]`` warm-up forwards, then a forward (while any are left)
+    and an ``I`` in turn; its ``W`` passes trail the ``I`` passes by ``r`` (ZB-H1's rule), and the
+    ``W`` still owed come last."""
     out = []
     for r, (fw, bw) in enumerate(zip(forwards, backwards, strict=True)):
         order, owed = [f"{s}F{i}" for s, i in fw[: warm[r]]], []
@@ -390,6 +411,94 @@ def interleaved_zb_mem(pipe: Pipeline) -> list[list[str]]:
 
 TRIED_ROUND_SIZES = 12
 """Round sizes `interleaved_zb_mem` times at most, from the largest that fits down."""
+
+
+def _alternated(pipe: Pipeline, g: int, d: int, dp: int) -> list[list[str]]:
+    """`_rounds_orders` with rounds of ``g``, where every round after the first mixes its chunks.
+
+    In such a round each rank's forwards go in the order of ``i + c*d`` (micro-batch ``i`` counted
+    from the round's first, chunk ``c``; the lower chunk first on a tie), its ``I`` passes in the order
+    of ``i + (v-1-c)*dp`` (the higher chunk first). ``d = dp = g`` is torch's order (chunk after
+    chunk); ``d = 0`` runs a micro-batch's forwards through all the rank's chunks in turn."""
+    p, v = pipe.num_ranks, pipe.stages_per_rank
+    forwards, backwards, warm = _rounds(pipe, g)
+
+    def forward_key(pair: tuple[int, int]) -> tuple[int, int, int]:
+        s, i = pair
+        c = s // p
+        return (i // g, 0 if i < g else i % g + c * d, c)  # the first round keeps its order (sorts are stable)
+
+    def backward_key(pair: tuple[int, int]) -> tuple[int, int, int]:
+        s, i = pair
+        c = s // p
+        return (i // g, 0 if i < g else i % g + (v - 1 - c) * dp, -c)
+
+    return _turns(
+        [sorted(f, key=forward_key) for f in forwards], [sorted(b, key=backward_key) for b in backwards], warm
+    )
+
+
+def _least(holds: Callable[[int], bool], hi: int) -> int:
+    """The least ``x`` in ``0..hi`` for which ``holds(x)``, by bisection (``holds(hi)`` is taken as
+    true): exact where ``holds`` is monotone, and where it is not, still an ``x`` for which it holds (or
+    ``hi``)."""
+    lo = 0
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if holds(mid) else (mid + 1, hi)
+    return hi
+
+
+# seconds per step: 4.5e-6 to 6.7e-6 measured (p=8 to 16, 2 or 3 stages per rank; 2 log2(g) + 3 replays), rounded up
+@template(
+    "interleaved-zb-alt",
+    split_backward=True,
+    stages_per_rank=(2, None),
+    seconds_per_step=1.5e-5,
+    first_in_best=True,
+)
+def interleaved_zb_alt(pipe: Pipeline) -> list[list[str]]:
+    """Interleaved zero bubble with the chunks of later rounds mixed: torch's order, as fast, more room to improve.
+
+    Rounds of torch's size (else the largest smaller one whose fixed order fits the memory limit and
+    does not deadlock), the first round as torch runs it. In each later round a rank starts its second
+    chunk's forwards ``d`` micro-batches after its first chunk's, and its ``I`` passes likewise ``dp``
+    apart (`_alternated`); torch's order is ``d = dp = g``, one chunk after the other. The least ``d``,
+    then the least ``dp``, whose orders fit the limit and are timed no longer than torch's (each found
+    by bisection, so about ``2 log2(g) + 3`` replays) are kept.
+
+    Its span is that of torch's order or less. ``best`` tries it before the other templates (see
+    `Template.first_in_best`): on a tie its search starts here. From these orders 60 s of ``best``
+    reached proven gaps of 0.6-0.8% where it reached 1.2-1.8% from torch's (docs/measurements.md,
+    session 68).
+    """
+    from layersched.schedule.greedy import peaks, replay
+
+    p, m = pipe.num_ranks, pipe.num_microbatches
+    cap = _capacity("interleaved-zb-alt", pipe, pipe.least_memory())
+    rounds = max(1, m // p)
+    torch_g = -(-m // rounds)  # torch's round size where m is a multiple of the rounds
+    for g in range(torch_g, max(0, torch_g - TRIED_ROUND_SIZES), -1):
+        orders = _rounds_orders(pipe, g)
+        if max(peaks(pipe, orders)) <= cap and (span := replay(pipe, orders)) is not None:
+            break
+    else:
+        raise TemplateError(
+            f"schedule 'interleaved-zb-alt': no round size from {torch_g} down to "
+            f"{max(1, torch_g - TRIED_ROUND_SIZES + 1)} gives fixed orders within memory_limit {cap} "
+            f"{pipe.memory_unit} that do not deadlock; try interleaved-zb-mem"
+        )
+
+    def holds(d: int, dp: int) -> bool:
+        orders = _alternated(pipe, g, d, dp)
+        if max(peaks(pipe, orders)) > cap:
+            return False
+        timed = replay(pipe, orders)
+        return timed is not None and timed <= span
+
+    d = _least(lambda d: holds(d, g), g)
+    dp = _least(lambda dp: holds(d, dp), g)
+    return _alternated(pipe, g, d, dp)
 
 
 # -- V-shaped schedules (two stages per rank: r going down, 2p-1-r coming back) -----------------------

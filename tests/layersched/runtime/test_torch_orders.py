@@ -64,6 +64,7 @@ MULTI_CHUNK = [
     ("interleaved-zb", 2, None),
     ("interleaved-zb", 3, None),
     ("interleaved-zb-mem", 3, None),
+    ("interleaved-zb-alt", 2, None),
     ("zb-v", 2, "v"),
     ("dualpipev", 2, "v"),
     ("v-half", 2, "v"),

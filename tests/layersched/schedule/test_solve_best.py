@@ -251,27 +251,43 @@ def test_the_coarse_levels_come_before_the_tail_step_on_small_graphs(monkeypatch
     assert calls == order
 
 
-def _small_interleaved_row():
-    """The 1.5B interleaved row re-cut to p=3, m=6, two stages per rank (1F1B's memory): its split-backward
-    task graph, torch's interleaved zero-bubble order timed on it, and our bound on the span."""
+def _small_interleaved_pipe() -> Pipeline:
+    """The 1.5B interleaved row re-cut to p=3, m=6, two stages per rank, under 1F1B's memory."""
     import yaml
 
     from layersched.describe.config import ProblemSpec
     from layersched.describe.stages import pipeline_from_spec
-    from layersched.schedule.bounds import pipeline_bounds
-    from layersched.schedule.solve import complete_orders, task_graph
-    from layersched.schedule.templates import template_orders
-    from solvers import time_orders
     from tests.paths import PROBLEMS
 
     doc = yaml.safe_load((PROBLEMS / "zb-interleaved-1.5b.yaml").read_text())
     doc["pipeline"].update(
         stages=6, stages_per_rank=2, microbatches=6, memory_limit=6 * doc["pipeline"]["memory_forward"]
     )
-    pipe = pipeline_from_spec(ProblemSpec.model_validate(doc))
+    return pipeline_from_spec(ProblemSpec.model_validate(doc))
+
+
+def _small_interleaved_row():
+    """The 1.5B interleaved row re-cut to p=3, m=6, two stages per rank (1F1B's memory): its split-backward
+    task graph, torch's interleaved zero-bubble order timed on it, and our bound on the span."""
+    from layersched.schedule.bounds import pipeline_bounds
+    from layersched.schedule.solve import complete_orders, task_graph
+    from layersched.schedule.templates import template_orders
+    from solvers import time_orders
+
+    pipe = _small_interleaved_pipe()
     tasks = task_graph(pipe, True, pipe.stage_to_rank())
     torch_order = time_orders(tasks.problem, complete_orders(tasks, template_orders("interleaved-zb", pipe)))
     return tasks, torch_order, max(pipeline_bounds(pipe, pipe.stage_to_rank(), "span").values())
+
+
+def test_best_tries_the_mixed_chunk_order_before_torchs():
+    """``interleaved-zb-alt`` (`Template.first_in_best`) is tried before the other fixed templates: where
+    it ties torch's order, as on the small 1.5B row, the search starts from it (the first of equal
+    hints)."""
+    sol = solve_best(_small_interleaved_pipe(), time_limit=3, templates=["interleaved-zb", "interleaved-zb-alt"])
+    tried = [name for name in sol.info["candidates"] if name.startswith("interleaved")]
+    assert tried == ["interleaved-zb-alt", "interleaved-zb"]
+    assert sol.info["candidates"]["interleaved-zb-alt"] == sol.info["candidates"]["interleaved-zb"] == 625_715
 
 
 def test_the_tail_step_beats_torchs_interleaved_order_on_a_small_row():
