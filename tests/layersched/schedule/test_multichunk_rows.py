@@ -34,6 +34,8 @@ def test_random_rows_are_distinct_rows_of_the_two_kinds_and_the_same_for_a_seed(
 def test_beats_peers_counts_only_the_peers_that_fit(bench):
     listed = [("torch ZBV", "0.0712"), ("torch DualPipeV", "n/a: over the memory limit"), ("V", "0.0697 (published)")]
     assert bench.beats_peers(0.0697, listed) is True
+    assert bench.beats_peers(0.06974, listed) is True  # the published 0.0697 is rounded: equal to 4 decimals
+    assert bench.beats_peers(0.06976, listed) is False
     assert bench.beats_peers(0.0700, listed) is False
     assert bench.beats_peers(0.5, [("torch", "needs torch"), ("x", "n/a: over the memory limit")]) is None
 
