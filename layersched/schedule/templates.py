@@ -468,8 +468,9 @@ def interleaved_zb_alt(pipe: Pipeline) -> list[list[str]]:
     by bisection, so about ``2 log2(g) + 3`` replays) are kept.
 
     Its span is that of torch's order or less. ``best`` tries it before the other templates (see
-    `Template.first_in_best`): on a tie its search starts here. From these orders 60 s of ``best``
-    reached proven gaps of 0.6-0.8% where it reached 1.2-1.8% from torch's (docs/measurements.md,
+    `Template.first_in_best`): on a tie its search starts here. In 25 alternated pairs of 60 s runs
+    against torch's order as the start, 14 were better, 6 equal and 5 worse; e.g. p=7, m=14, v=2 0.76
+    and 1.17% against 1.83% twice, but the bundled p=8 row 1.45% against 1.31-1.45% (docs/measurements.md,
     session 68).
     """
     from layersched.schedule.greedy import peaks, replay
