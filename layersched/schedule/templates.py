@@ -461,8 +461,8 @@ def interleaved_zb_alt(pipe: Pipeline) -> list[list[str]]:
     """Interleaved zero bubble with the chunks of later rounds mixed: torch's order, as fast, more room to improve.
 
     Rounds of torch's size (else the largest smaller one whose fixed order fits the memory limit and
-    does not deadlock), the first round as torch runs it. In each later round a rank starts its second
-    chunk's forwards ``d`` micro-batches after its first chunk's, and its ``I`` passes likewise ``dp``
+    does not deadlock), the first round as torch runs it. In each later round a rank starts each
+    chunk's forwards ``d`` micro-batches after the chunk before, and its ``I`` passes likewise ``dp``
     apart (`_alternated`); torch's order is ``d = dp = g``, one chunk after the other. The least ``d``,
     then the least ``dp``, whose orders fit the limit and are timed no longer than torch's (each found
     by bisection, so about ``2 log2(g) + 3`` replays) are kept.
