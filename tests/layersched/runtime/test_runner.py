@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import re
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -26,12 +24,13 @@ from layersched.runtime import launch as launch_module  # noqa: E402
 from layersched.runtime.launch import RunFailed, launch_jobs, launch_local, run_processes  # noqa: E402
 from layersched.runtime.plan import PlanError, plan_schedule  # noqa: E402
 from layersched.runtime.preflight import torch_supports  # noqa: E402
-from layersched.runtime.runner import RunConfig, clock_offset, prepare, train_reference  # noqa: E402
+from layersched.runtime.runner import RunConfig, prepare, train_reference  # noqa: E402
 from layersched.runtime.trace import compare, flight_times, trace_document  # noqa: E402
 from layersched.runtime.workload import load_workload  # noqa: E402
 from layersched.schedule.graph import parse_action  # noqa: E402
 from layersched.schedule.solve import solve_pipeline  # noqa: E402
 from layersched.schedule.templates import TEMPLATES, TemplateError, template_names  # noqa: E402
+from tests.layersched.runtime import rank_functions  # noqa: E402
 from tests.layersched.runtime.test_runner_plan import stage_pipe  # noqa: E402
 from tests.paths import ROOT  # noqa: E402
 
@@ -194,48 +193,26 @@ def test_trace_and_compare_of_a_run(tmp_path):
         assert all(0 <= seconds < longest for _, seconds in flight_times(trace, steps=[k]))
 
 
-def _offsets(rank, device, state):
-    return clock_offset(device, force=True)
-
-
 def test_clock_offset_between_processes_of_one_host_is_near_zero():
-    offsets = run_processes(_offsets, 3, timeout=120)
+    offsets = run_processes(rank_functions.offsets, 3, timeout=120)
     assert offsets[0] == 0.0
     assert all(abs(x) < 2e-3 for x in offsets)  # one host: one monotonic clock, so only estimation error
-
-
-def _variable(rank, device, state):
-    return os.environ.get("LAYERSCHED_TEST_VARIABLE")
 
 
 def test_each_run_has_the_launchers_environment_of_its_own_launch(monkeypatch):
     # the first run starts the fork server (if none runs yet); a variable set after that must still
     # reach the ranks of the next run, as it would reach spawned processes
     monkeypatch.delenv("LAYERSCHED_TEST_VARIABLE", raising=False)
-    assert run_processes(_variable, 2, timeout=120) == [None, None]
+    assert run_processes(rank_functions.variable, 2, timeout=120) == [None, None]
     monkeypatch.setenv("LAYERSCHED_TEST_VARIABLE", "set between the runs")
-    assert run_processes(_variable, 2, timeout=120) == ["set between the runs"] * 2
-
-
-def _rank_0_quick(rank, device, state):
-    # rank 0 returns at once; rank 1 works a second, then says whether rank 0's process is still there
-    pids = Path(state[0])
-    (pids / str(rank)).write_text(str(os.getpid()))
-    if rank == 0:
-        return True
-    time.sleep(1.0)
-    try:
-        os.kill(int((pids / "0").read_text()), 0)
-    except ProcessLookupError:
-        return False
-    return True
+    assert run_processes(rank_functions.variable, 2, timeout=120) == ["set between the runs"] * 2
 
 
 def test_no_rank_leaves_before_every_rank_has_finished(tmp_path):
     # a rank that left at once closed its connections while a peer could still be completing gloo's
     # full mesh in init_group: "Connection closed by peer" (1 run of an empty function in 1,400, of two
     # and four ranks, on the 2-core VM, and once in a fresh clone's CI); every rank now waits for the others
-    assert run_processes(_rank_0_quick, 2, (str(tmp_path),), timeout=120) == [True, True]
+    assert run_processes(rank_functions.rank_0_quick, 2, (str(tmp_path),), timeout=120) == [True, True]
 
 
 @pytest.fixture
