@@ -48,8 +48,10 @@ import torch.multiprocessing as mp
 
 from layersched.runtime.runner import Executor, Prepared, RankResult, RunConfig, prepare
 
-# what the fork server imports once; every rank forked from it starts with these loaded
-_PRELOAD = ["torch", "torch.distributed", "layersched.runtime.launch"]
+# what the fork server imports once; every rank forked from it starts with these loaded. torch._dynamo
+# (with sympy): the meta-device check of the layers (`check_layers`, each rank's first step) imports it
+# through torch's decompositions, 2-3 s in every rank of every run on the 2-core VM when not preloaded
+_PRELOAD = ["torch", "torch.distributed", "torch._dynamo", "layersched.runtime.launch"]
 
 
 def start_method() -> str:
