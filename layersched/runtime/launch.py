@@ -1,9 +1,10 @@
 """Start a run on this machine: one process per rank, a private rendezvous on a free localhost port,
 and a timeout.
 
-Ranks are forked from a fork server that has imported torch once (``forkserver`` start method, where
-the platform has it; ``spawn`` elsewhere). A spawned rank imports torch itself, which takes seconds
-per rank, paid again by every run from the same process (a test suite, a benchmark of many runs).
+Ranks are forked from a fork server that has imported torch once, with what each rank's layer check
+imports (``forkserver`` start method, where the platform has it; ``spawn`` elsewhere). A spawned rank
+imports torch itself, which takes seconds per rank, paid again by every run from the same process (a
+test suite, a benchmark of many runs).
 The server is a clean process started for this purpose: it imports but never runs torch, so no
 thread pool or CUDA context is forked. It starts with the first run and keeps the environment of
 that moment, so each rank is handed the launcher's environment as it is at its own launch (as a

@@ -33,3 +33,16 @@ def rank_0_quick(rank, device, state):
     except ProcessLookupError:
         return False
     return True
+
+
+def modules_the_layer_check_imports(rank, device, state):
+    """The modules that `check_layers` on ``state[0]``'s workload imports in this rank (its own model
+    file aside)."""
+    import sys
+
+    from layersched.runtime.workload import check_layers, load_workload
+
+    workload = load_workload(state[0])
+    loaded = set(sys.modules)
+    check_layers(workload)
+    return sorted(set(sys.modules) - loaded)

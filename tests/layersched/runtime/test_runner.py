@@ -208,6 +208,12 @@ def test_each_run_has_the_launchers_environment_of_its_own_launch(monkeypatch):
     assert run_processes(rank_functions.variable, 2, timeout=120) == ["set between the runs"] * 2
 
 
+def test_a_rank_starts_with_what_the_layer_check_imports():
+    """The fork server preloads what each rank's meta-device layer check imports (torch._dynamo,
+    through torch's decompositions: 2-3 s in every rank of every run when it was not)."""
+    assert run_processes(rank_functions.modules_the_layer_check_imports, 2, (MLP,), timeout=120) == [[], []]
+
+
 def test_no_rank_leaves_before_every_rank_has_finished(tmp_path):
     # a rank that left at once closed its connections while a peer could still be completing gloo's
     # full mesh in init_group: "Connection closed by peer" (1 run of an empty function in 1,400, of two
