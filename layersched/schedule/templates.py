@@ -348,9 +348,9 @@ def interleaved_zb_mem(pipe: Pipeline) -> list[list[str]]:
     smaller, so any ``m``). A round's forwards are what a rank holds at its peak, ``(v-1)g + p - r``
     stage activations, so the largest ``g`` within the limit keeps the pipeline fullest. Tried:
 
-    - the fixed orders with the largest ``g`` whose peak fits (by bisection: the peak grows with
-      ``g``) and the next smaller ones, until four that do not deadlock (small rounds with many
-      ranks can), and with torch's round size where it applies and fits;
+    - the fixed orders of `_fixed_rounds`: the largest ``g`` whose peak fits and the next smaller
+      ones, until four that do not deadlock (small rounds with many ranks can), and torch's round
+      size where it fits;
     - for each ``g`` up to ``p``, the same sequences with the switch between forward and ``I`` made
       as they are timed (`greedy.follow`: the other kind first when the due one waits longer, or
       does not fit). That never deadlocks on waiting, and fits far lower limits.
@@ -359,42 +359,11 @@ def interleaved_zb_mem(pipe: Pipeline) -> list[list[str]]:
     ``interleaved-zb`` where that fits the limit (a property test checks it); under less memory, or
     where ``m`` is not a multiple of the rounds, it is often far faster than anything else that fits.
     """
-    from layersched.schedule.greedy import MAX_WORK, follow, peaks, replay, simulation_steps
+    from layersched.schedule.greedy import MAX_WORK, follow, simulation_steps
 
     p, m = pipe.num_ranks, pipe.num_microbatches
     cap = _capacity("interleaved-zb-mem", pipe, pipe.least_memory())
-
-    @cache
-    def orders_of(g: int) -> list[list[str]]:  # bisection, the sizes below it and torch's may meet
-        return _rounds_orders(pipe, g)
-
-    def fits(g: int) -> bool:
-        return max(peaks(pipe, orders_of(g))) <= cap
-
-    lo, hi = 0, m  # the largest g in 1..m whose fixed orders fit (0: none)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
-    found: list[tuple[int, list[list[str]]]] = []
-
-    def fixed(g: int) -> bool:
-        """Time the fixed orders of rounds of ``g``; whether they do not deadlock."""
-        orders = orders_of(g)
-        span = replay(pipe, orders)
-        if span is not None:
-            found.append((span, orders))
-        return span is not None
-
-    sizes = range(lo, max(0, lo - TRIED_ROUND_SIZES), -1)
-    timed = []
-    for g in sizes:
-        if len(found) == 4:
-            break
-        if fixed(g):
-            timed.append(g)
-    rounds = max(1, m // p)  # torch's order, where it applies and fits
-    if m % rounds == 0 and m // rounds < lo and m // rounds not in timed and fits(m // rounds):
-        fixed(m // rounds)
+    found = [(span, orders) for span, _, orders in _fixed_rounds(pipe, cap)]
     if simulation_steps(pipe) <= MAX_WORK:  # p simulations, as chunk-greedy runs 18
         for g in range(1, min(m, p) + 1):
             forwards, backwards, warm = _rounds(pipe, g)
@@ -410,7 +379,44 @@ def interleaved_zb_mem(pipe: Pipeline) -> list[list[str]]:
 
 
 TRIED_ROUND_SIZES = 12
-"""Round sizes `interleaved_zb_mem` times at most, from the largest that fits down."""
+"""Round sizes `_fixed_rounds` times at most, from the largest that fits down."""
+
+
+def _fixed_rounds(pipe: Pipeline, cap: float) -> list[tuple[int, int, list[list[str]]]]:
+    """``(span, g, orders)`` for each round size ``g`` whose fixed orders (`_rounds_orders`) fit ``cap``
+    and do not deadlock, among those tried: the largest ``g`` whose peak fits (by bisection: the peak
+    grows with ``g``) and the next smaller ones until four are found (at most `TRIED_ROUND_SIZES`
+    sizes), and torch's round size, ``ceil(m / max(1, m // p))``, where it fits."""
+    from layersched.schedule.greedy import peaks, replay
+
+    p, m = pipe.num_ranks, pipe.num_microbatches
+
+    @cache
+    def orders_of(g: int) -> list[list[str]]:  # bisection, the sizes below it and torch's may meet
+        return _rounds_orders(pipe, g)
+
+    def fits(g: int) -> bool:
+        return max(peaks(pipe, orders_of(g))) <= cap
+
+    lo, hi = 0, m  # the largest g in 1..m whose fixed orders fit (0: none)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+    found: list[tuple[int, int, list[list[str]]]] = []
+
+    def fixed(g: int) -> None:
+        orders = orders_of(g)
+        if (span := replay(pipe, orders)) is not None:
+            found.append((span, g, orders))
+
+    for g in range(lo, max(0, lo - TRIED_ROUND_SIZES), -1):
+        if len(found) == 4:
+            break
+        fixed(g)
+    torch_g = -(-m // max(1, m // p))
+    if torch_g < lo and torch_g not in {g for _, g, _ in found} and fits(torch_g):
+        fixed(torch_g)
+    return found
 
 
 def _alternated(pipe: Pipeline, g: int, d: int, dp: int) -> list[list[str]]:
@@ -449,7 +455,8 @@ def _least(holds: Callable[[int], bool], hi: int) -> int:
     return hi
 
 
-# seconds per step: 4.5e-6 to 6.7e-6 measured (p=8 to 16, 2 or 3 stages per rank; 2 log2(g) + 3 replays), rounded up
+# seconds per step: 4.4e-6 to 9.9e-6 measured in session 69, a slow day (p=7 to 32, 2 or 3 stages per rank;
+# `_fixed_rounds`, then 2 log2(g) + 3 replays), rounded up
 @template(
     "interleaved-zb-alt",
     split_backward=True,
@@ -460,35 +467,32 @@ def _least(holds: Callable[[int], bool], hi: int) -> int:
 def interleaved_zb_alt(pipe: Pipeline) -> list[list[str]]:
     """Interleaved zero bubble with the chunks of later rounds mixed: torch's order, as fast, more room to improve.
 
-    Rounds of torch's size (else the largest smaller one whose fixed order fits the memory limit and
-    does not deadlock), the first round as torch runs it. In each later round a rank starts each
-    chunk's forwards ``d`` micro-batches after the chunk before, and its ``I`` passes likewise ``dp``
-    apart (`_alternated`); torch's order is ``d = dp = g``, one chunk after the other. The least ``d``,
-    then the least ``dp``, whose orders fit the limit and are timed no longer than torch's (each found
-    by bisection, so about ``2 log2(g) + 3`` replays) are kept.
+    Rounds of the size whose fixed order is the fastest of those `interleaved_zb_mem` times
+    (`_fixed_rounds`; torch's size on a tie), the first round as torch runs it. In each later round a
+    rank starts each chunk's forwards ``d`` micro-batches after the chunk before, and its ``I`` passes
+    likewise ``dp`` apart (`_alternated`); the fixed order is ``d = dp = g``, one chunk after the
+    other. The least ``d``, then the least ``dp``, whose orders fit the limit and are timed no longer
+    than the fixed order (each found by bisection, so about ``2 log2(g) + 3`` replays) are kept.
 
-    Its span is that of torch's order or less. ``best`` tries it before the other templates (see
-    `Template.first_in_best`): on a tie its search starts here. In 25 alternated pairs of 60 s runs
-    against torch's order as the start, 14 were better, 6 equal and 5 worse; e.g. p=7, m=14, v=2 0.76
-    and 1.17% against 1.83% twice, but the bundled p=8 row 1.45% against 1.31-1.45% (docs/measurements.md,
-    session 68).
+    Its span is that of torch's order or less, and that of every fixed order `interleaved_zb_mem` times
+    or less: with more memory than 1F1B's, larger rounds are often faster than torch's. ``best`` tries
+    it before the other templates (see `Template.first_in_best`): on a tie its search starts here. In
+    25 alternated pairs of 60 s runs against torch's order as the start, 14 were better, 6 equal and 5
+    worse; e.g. p=7, m=14, v=2 0.76 and 1.17% against 1.83% twice (docs/measurements.md, session 68).
+    On the bundled p=8 row both starts ended at 1.38-1.45% in session 69.
     """
     from layersched.schedule.greedy import peaks, replay
 
     p, m = pipe.num_ranks, pipe.num_microbatches
     cap = _capacity("interleaved-zb-alt", pipe, pipe.least_memory())
-    rounds = max(1, m // p)
-    torch_g = -(-m // rounds)  # torch's round size where m is a multiple of the rounds
-    for g in range(torch_g, max(0, torch_g - TRIED_ROUND_SIZES), -1):
-        orders = _rounds_orders(pipe, g)
-        if max(peaks(pipe, orders)) <= cap and (span := replay(pipe, orders)) is not None:
-            break
-    else:
+    torch_g = -(-m // max(1, m // p))  # torch's round size where m is a multiple of the rounds
+    fixed = _fixed_rounds(pipe, cap)
+    if not fixed:
         raise TemplateError(
-            f"schedule 'interleaved-zb-alt': no round size from {torch_g} down to "
-            f"{max(1, torch_g - TRIED_ROUND_SIZES + 1)} gives fixed orders within memory_limit {cap} "
+            f"schedule 'interleaved-zb-alt': no round size gives fixed orders within memory_limit {cap} "
             f"{pipe.memory_unit} that do not deadlock; try interleaved-zb-mem"
         )
+    span, g, _ = min(fixed, key=lambda f: (f[0], f[1] != torch_g))  # the fastest; on a tie torch's size
 
     def holds(d: int, dp: int) -> bool:
         orders = _alternated(pipe, g, d, dp)
