@@ -382,14 +382,18 @@ TRIED_ROUND_SIZES = 12
 """Round sizes `_fixed_rounds` times at most, from the largest that fits down."""
 
 
+def _torch_round(pipe: Pipeline) -> int:
+    """torch's round size, ``ceil(m / max(1, m // p))``: `interleaved_zb`'s where ``m`` is a multiple of
+    the rounds, and the nearest to it otherwise."""
+    return -(-pipe.num_microbatches // max(1, pipe.num_microbatches // pipe.num_ranks))
+
+
 def _fixed_rounds(pipe: Pipeline, cap: float) -> list[tuple[int, int, list[list[str]]]]:
     """``(span, g, orders)`` for each round size ``g`` whose fixed orders (`_rounds_orders`) fit ``cap``
     and do not deadlock, among those tried: the largest ``g`` whose peak fits (by bisection: the peak
     grows with ``g``) and the next smaller ones until four are found (at most `TRIED_ROUND_SIZES`
-    sizes), and torch's round size, ``ceil(m / max(1, m // p))``, where it fits."""
+    sizes), and torch's round size (`_torch_round`) where it fits."""
     from layersched.schedule.greedy import peaks, replay
-
-    p, m = pipe.num_ranks, pipe.num_microbatches
 
     @cache
     def orders_of(g: int) -> list[list[str]]:  # bisection, the sizes below it and torch's may meet
@@ -398,7 +402,7 @@ def _fixed_rounds(pipe: Pipeline, cap: float) -> list[tuple[int, int, list[list[
     def fits(g: int) -> bool:
         return max(peaks(pipe, orders_of(g))) <= cap
 
-    lo, hi = 0, m  # the largest g in 1..m whose fixed orders fit (0: none)
+    lo, hi = 0, pipe.num_microbatches  # the largest g in 1..m whose fixed orders fit (0: none)
     while lo < hi:
         mid = (lo + hi + 1) // 2
         lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
@@ -413,7 +417,7 @@ def _fixed_rounds(pipe: Pipeline, cap: float) -> list[tuple[int, int, list[list[
         if len(found) == 4:
             break
         fixed(g)
-    torch_g = -(-m // max(1, m // p))
+    torch_g = _torch_round(pipe)
     if torch_g < lo and torch_g not in {g for _, g, _ in found} and fits(torch_g):
         fixed(torch_g)
     return found
@@ -483,9 +487,8 @@ def interleaved_zb_alt(pipe: Pipeline) -> list[list[str]]:
     """
     from layersched.schedule.greedy import peaks, replay
 
-    p, m = pipe.num_ranks, pipe.num_microbatches
     cap = _capacity("interleaved-zb-alt", pipe, pipe.least_memory())
-    torch_g = -(-m // max(1, m // p))  # torch's round size where m is a multiple of the rounds
+    torch_g = _torch_round(pipe)
     fixed = _fixed_rounds(pipe, cap)
     if not fixed:
         raise TemplateError(

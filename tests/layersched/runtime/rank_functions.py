@@ -7,6 +7,7 @@ module and the cases it builds), in every rank of every run."""
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -38,8 +39,6 @@ def rank_0_quick(rank, device, state):
 def modules_the_layer_check_imports(rank, device, state):
     """The modules that `check_layers` on ``state[0]``'s workload imports in this rank (its own model
     file aside)."""
-    import sys
-
     from layersched.runtime.workload import check_layers, load_workload
 
     workload = load_workload(state[0])
