@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import re
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache, partial
@@ -388,11 +389,29 @@ def _torch_round(pipe: Pipeline) -> int:
     return -(-pipe.num_microbatches // max(1, pipe.num_microbatches // pipe.num_ranks))
 
 
+_last_fixed: tuple[weakref.ref, float, list[tuple[int, int, list[list[str]]]]] | None = None
+"""`_fixed_rounds`' last pipeline (held weakly), limit and result."""
+
+
 def _fixed_rounds(pipe: Pipeline, cap: float) -> list[tuple[int, int, list[list[str]]]]:
     """``(span, g, orders)`` for each round size ``g`` whose fixed orders (`_rounds_orders`) fit ``cap``
     and do not deadlock, among those tried: the largest ``g`` whose peak fits (by bisection: the peak
     grows with ``g``) and the next smaller ones until four are found (at most `TRIED_ROUND_SIZES`
-    sizes), and torch's round size (`_torch_round`) where it fits."""
+    sizes), and torch's round size (`_torch_round`) where it fits.
+
+    The last result is kept for the same pipeline object and limit: ``best`` builds
+    `interleaved_zb_alt` and `interleaved_zb_mem` on one pipeline, and both need these orders (at
+    p=32, m=128 they take about 1.4 s). The caller gets its own copies of the orders."""
+    global _last_fixed
+    if _last_fixed is not None and _last_fixed[0]() is pipe and _last_fixed[1] == cap:
+        return [(span, g, [list(o) for o in orders]) for span, g, orders in _last_fixed[2]]
+    found = _time_fixed_rounds(pipe, cap)
+    _last_fixed = (weakref.ref(pipe), cap, [(span, g, [list(o) for o in orders]) for span, g, orders in found])
+    return found
+
+
+def _time_fixed_rounds(pipe: Pipeline, cap: float) -> list[tuple[int, int, list[list[str]]]]:
+    """`_fixed_rounds` without the memo."""
     from layersched.schedule.greedy import peaks, replay
 
     @cache

@@ -188,6 +188,30 @@ def test_interleaved_zb_variants_fit_any_limit_and_are_never_slower_than_torchs_
     assert got["span"] <= torch["span"]
 
 
+def test_fixed_rounds_are_timed_once_for_a_pipeline_and_limit(monkeypatch):
+    """``best`` builds interleaved-zb-alt and interleaved-zb-mem on one pipeline object: the fixed orders
+    both time are computed once, and each caller gets its own copy of them."""
+    import layersched.schedule.templates as templates
+
+    pipe = pipeline(4, 8, 3, 2, 2, 1, v=2)
+    cap = _capacity("interleaved-zb-alt", pipe, pipe.least_memory())
+    timed = []
+    real = templates._time_fixed_rounds
+    monkeypatch.setattr(templates, "_time_fixed_rounds", lambda pipe, cap: timed.append(cap) or real(pipe, cap))
+    template_orders("interleaved-zb-alt", pipe)
+    template_orders("interleaved-zb-mem", pipe)
+    assert timed == [cap]
+    fresh = real(pipe, cap)
+    mine = _fixed_rounds(pipe, cap)
+    assert mine == fresh and len(timed) == 1
+    mine[0][2][0].append("0F99")  # a caller's change stays its own
+    assert _fixed_rounds(pipe, cap) == fresh
+    # another pipeline object with the same costs, or another limit: timed again
+    _fixed_rounds(pipeline(4, 8, 3, 2, 2, 1, v=2), cap)
+    _fixed_rounds(pipe, cap - 1)
+    assert len(timed) == 3
+
+
 def test_interleaved_zb_mem_below_torchs_peak():
     # the 1.5B interleaved row (problems/zb-interleaved-1.5b.yaml), p=8, v=3, m=24, under 18 chunk
     # activations, 3/4 of torch's order's peak: that order does not fit; rounds of 5 do, within 2% of
