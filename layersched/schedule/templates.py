@@ -340,8 +340,9 @@ def _turns(
     return out
 
 
-# seconds per step: 6.7e-6 to 1.1e-5 measured (p=12 to 24, 2 or 3 stages per rank), rounded up
-@template("interleaved-zb-mem", split_backward=True, stages_per_rank=(2, None), greedy=True, seconds_per_step=1.5e-5)
+# seconds per step: 6.7e-6 to 1.1e-5 measured (p=12 to 24, 2 or 3 stages per rank); where following leads and
+# its chunks are mixed, up to 2.9e-5 (session 70, a slow day: p=5 to 11 under less memory than 1F1B's), rounded up
+@template("interleaved-zb-mem", split_backward=True, stages_per_rank=(2, None), greedy=True, seconds_per_step=3.5e-5)
 def interleaved_zb_mem(pipe: Pipeline) -> list[list[str]]:
     """Interleaved zero bubble with rounds sized to the memory limit: torch's order, any round size.
 
@@ -354,7 +355,13 @@ def interleaved_zb_mem(pipe: Pipeline) -> list[list[str]]:
       size where it fits;
     - for each ``g`` up to ``p``, the same sequences with the switch between forward and ``I`` made
       as they are timed (`greedy.follow`: the other kind first when the due one waits longer, or
-      does not fit). That never deadlocks on waiting, and fits far lower limits.
+      does not fit). That never deadlocks on waiting, and fits far lower limits;
+    - where following is at least as fast as every fixed order (under less memory), its fastest round
+      size again with each later round's chunks mixed as `interleaved_zb_alt` mixes them
+      (`_mixed_rounds`): the ``I`` passes ``dp`` micro-batches apart for each ``dp`` below ``g``, then the
+      forwards ``d`` apart with the best ``dp``, about ``2g`` more simulations. On p=4, m=9, v=3 under
+      9 stage activations that is 2.7% faster (1,519,092 against 1,562,019; docs/measurements.md,
+      session 70).
 
     The fastest (by the span of its compute passes) is kept. So it is not slower than
     ``interleaved-zb`` where that fits the limit (a property test checks it); under less memory, or
@@ -365,12 +372,28 @@ def interleaved_zb_mem(pipe: Pipeline) -> list[list[str]]:
     p, m = pipe.num_ranks, pipe.num_microbatches
     cap = _capacity("interleaved-zb-mem", pipe, pipe.least_memory())
     found = [(span, orders) for span, _, orders in _fixed_rounds(pipe, cap)]
-    if simulation_steps(pipe) <= MAX_WORK:  # p simulations, as chunk-greedy runs 18
+    if simulation_steps(pipe) <= MAX_WORK:  # p simulations (3p where following leads), as chunk-greedy runs 18
+        follows = []
         for g in range(1, min(m, p) + 1):
-            forwards, backwards, warm = _rounds(pipe, g)
-            run = follow(pipe, forwards, backwards, warm, list(range(p)), cap)
+            run = follow(pipe, *_rounds(pipe, g), list(range(p)), cap)
             if run is not None:
-                found.append((run[1], run[0]))
+                follows.append((run[1], g, run[0]))
+        fixed = min((span for span, _ in found), default=None)
+        found += [(span, orders) for span, _, orders in follows]
+        if follows and (fixed is None or min(follows)[0] <= fixed):
+            # where following leads: its fastest round size with the later rounds' chunks mixed
+            # (`_mixed_rounds`), dp, then d
+            span, g, orders = min(follows, key=lambda f: f[0])
+            mixed_dp = g
+            for dp in range(g):
+                run = follow(pipe, *_mixed_rounds(pipe, g, g, dp), list(range(p)), cap)
+                if run is not None and run[1] < span:
+                    span, orders, mixed_dp = run[1], run[0], dp
+            for d in range(g):
+                run = follow(pipe, *_mixed_rounds(pipe, g, d, mixed_dp), list(range(p)), cap)
+                if run is not None and run[1] < span:
+                    span, orders = run[1], run[0]
+            found.append((span, orders))
     if not found:
         raise TemplateError(
             f"schedule 'interleaved-zb-mem': no round size gives orders within memory_limit {cap} "
@@ -443,7 +466,15 @@ def _time_fixed_rounds(pipe: Pipeline, cap: float) -> list[tuple[int, int, list[
 
 
 def _alternated(pipe: Pipeline, g: int, d: int, dp: int) -> list[list[str]]:
-    """`_rounds_orders` with rounds of ``g``, where every round after the first mixes its chunks.
+    """`_rounds_orders` with rounds of ``g``, where every round after the first mixes its chunks
+    (`_mixed_rounds`' sequences, in torch's fixed turns)."""
+    return _turns(*_mixed_rounds(pipe, g, d, dp))
+
+
+def _mixed_rounds(
+    pipe: Pipeline, g: int, d: int, dp: int
+) -> tuple[list[list[tuple[int, int]]], list[list[tuple[int, int]]], list[int]]:
+    """`_rounds`' sequences, where every round after the first mixes its chunks.
 
     In such a round each rank's forwards go in the order of ``i + c*d`` (micro-batch ``i`` counted
     from the round's first, chunk ``c``; the lower chunk first on a tie), its ``I`` passes in the order
@@ -462,9 +493,7 @@ def _alternated(pipe: Pipeline, g: int, d: int, dp: int) -> list[list[str]]:
         c = s // p
         return (i // g, 0 if i < g else i % g + (v - 1 - c) * dp, -c)
 
-    return _turns(
-        [sorted(f, key=forward_key) for f in forwards], [sorted(b, key=backward_key) for b in backwards], warm
-    )
+    return [sorted(f, key=forward_key) for f in forwards], [sorted(b, key=backward_key) for b in backwards], warm
 
 
 def _least(holds: Callable[[int], bool], hi: int) -> int:
