@@ -13,6 +13,7 @@ TORCH_MODULES = [
     "layersched/methods/spectrain/asyncpipe.py",
     "layersched/methods/spectrain/asyncrun.py",
     "tests/layersched/runtime/runner_models.py",
+    "tests/layersched/runtime/rank_functions.py",
 ]
 collect_ignore_glob = [] if importlib.util.find_spec("torch") else TORCH_MODULES
 # examples/ and benchmarks/ are scripts, not test modules

@@ -172,7 +172,8 @@ def test_every_layer_and_method_is_described_in_the_design_document():
 def test_every_module_that_needs_torch_is_skipped_by_doctests_without_it():
     """conftest.TORCH_MODULES keeps doctest collection from importing torch on a machine without it
     (a fresh clone runs the tests before torch is installed): every module that imports torch at its
-    top, itself or through another of ours, must match one of its patterns."""
+    top, itself or through another of ours, must match one of its patterns. That includes the tests'
+    helper modules (not ``test_*.py``), which doctest collection imports too."""
     import fnmatch
 
     from conftest import TORCH_MODULES
@@ -187,7 +188,9 @@ def test_every_module_that_needs_torch_is_skipped_by_doctests_without_it():
                 out.update(f"{node.module}.{a.name}" for a in node.names)
         return out
 
-    direct = {name: top_level(tree) for name, tree in MODULES.items()}
+    helpers = [f for f in ROOT.glob("tests/**/*.py") if not f.name.startswith("test_") and f.name != "conftest.py"]
+    modules = MODULES | {module_name(f): ast.parse(f.read_text(), str(f)) for f in helpers}
+    direct = {name: top_level(tree) for name, tree in modules.items()}
     needs = {n for n, ts in direct.items() if any(t.split(".")[0] == "torch" for t in ts)}
     grew = True
     while grew:
@@ -197,4 +200,5 @@ def test_every_module_that_needs_torch_is_skipped_by_doctests_without_it():
     files = [n.replace(".", "/") + ".py" for n in needs]
     files = [f if (ROOT / f).exists() else f.removesuffix(".py") + "/__init__.py" for f in files]
     assert "layersched/runtime/runner.py" in files  # the rule sees real imports
+    assert "tests/layersched/runtime/rank_functions.py" in files  # through layersched.runtime.runner
     assert [f for f in files if not any(fnmatch.fnmatch(f, pattern) for pattern in TORCH_MODULES)] == []

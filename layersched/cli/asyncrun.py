@@ -10,7 +10,7 @@ from layersched.cli.options import add_device, add_sgd, add_steps, add_timeout, 
 
 
 def _parser() -> argparse.ArgumentParser:
-    from layersched.methods.spectrain.asyncrun import MODES
+    from layersched.methods.spectrain import MODES
 
     p = argparse.ArgumentParser(
         prog="python -m layersched.cli.asyncrun",
@@ -41,10 +41,21 @@ def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
 
     from layersched.formats.report import BenchResult, rows_table
-    from layersched.methods.spectrain.asyncrun import MODES, teacher_student, train_async_modes
-    from layersched.runtime.launch import RunFailed
+    from layersched.methods.spectrain import MODES
 
     args = _parser().parse_args(argv)
+    try:
+        from layersched.methods.spectrain.asyncrun import teacher_student, train_async_modes
+        from layersched.runtime.launch import RunFailed
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] != "torch":
+            raise
+        print(
+            "asyncrun: error: this command needs torch, which is not installed; pip install 'layersched[torch]' "
+            "(on these machines: pip install torch==2.13.0)",
+            file=sys.stderr,
+        )
+        return 2
     modes = args.mode or list(MODES)
     try:
         runs = train_async_modes(

@@ -4,3 +4,7 @@
 - `asyncrun` (*torch*): the same with real processes (``python -m layersched.cli.asyncrun``).
 - `experiment`: ``layersched bench spectrain``.
 """
+
+MODES = ("sync", "stale", "stash", "spectrain")
+"""The weight-version modes of `asyncpipe` and `asyncrun` (defined here, without torch, so that
+``python -m layersched.cli.asyncrun --help`` works where torch is not installed)."""

@@ -46,7 +46,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-MODES = ("sync", "stale", "stash", "spectrain")
+from layersched.methods.spectrain import MODES
 
 
 def one_f_one_b(num_stages: int, num_microbatches: int) -> list[list[str]]:

@@ -640,6 +640,37 @@ def test_a_torch_command_without_torch_names_the_extra(tmp_path):
     assert not (tmp_path / "x.yaml").exists()
 
 
+def test_asyncrun_without_torch_helps_and_names_the_extra():
+    """``python -m layersched.cli.asyncrun`` where torch cannot be imported: ``--help`` works (a fresh clone's
+    ``make test`` failed building its parser), and a run is one line naming the extra."""
+    import subprocess
+    import sys
+
+    from tests.paths import ROOT
+
+    code = (
+        "import sys\n"
+        "class NoTorch:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] == 'torch':\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+        "sys.meta_path.insert(0, NoTorch())\n"
+        "from layersched.cli.asyncrun import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+
+    def asyncrun(*args: str) -> subprocess.CompletedProcess:
+        command = [sys.executable, "-c", code, *args]
+        return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+    helped = asyncrun("--help")
+    assert helped.returncode == 0 and "--mode {sync,stale,stash,spectrain}" in helped.stdout
+    r = asyncrun("--steps", "2")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "needs torch" in lines[0] and "layersched[torch]" in lines[0]
+
+
 def test_cuda_asked_for_where_there_is_none(tmp_path, capsys):
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
