@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from layersched.cli.options import add_device, add_sgd, add_steps, add_timeout, positive_int
+from layersched.cli.options import NEEDS_TORCH, add_device, add_sgd, add_steps, add_timeout, positive_int
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -50,11 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     except ModuleNotFoundError as exc:
         if (exc.name or "").split(".")[0] != "torch":
             raise
-        print(
-            "asyncrun: error: this command needs torch, which is not installed; pip install 'layersched[torch]' "
-            "(on these machines: pip install torch==2.13.0)",
-            file=sys.stderr,
-        )
+        print(f"asyncrun: error: {NEEDS_TORCH}", file=sys.stderr)
         return 2
     modes = args.mode or list(MODES)
     try:

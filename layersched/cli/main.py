@@ -16,7 +16,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from layersched.cli.options import add_quiet, add_time_limit, positive_int, search_seed
+from layersched.cli.options import NEEDS_TORCH, add_quiet, add_time_limit, positive_int, search_seed
 from layersched.formats.units import fmt_mem, fmt_time
 
 EXIT_BAD_INPUT = 2
@@ -182,11 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     except ModuleNotFoundError as exc:
         if args.debug or (exc.name or "").split(".")[0] != "torch":
             raise
-        print(
-            f"layersched {args.command}: error: this command needs torch, which is not installed; "
-            "pip install 'layersched[torch]' (on these machines: pip install torch==2.13.0)",
-            file=sys.stderr,
-        )
+        print(f"layersched {args.command}: error: {NEEDS_TORCH}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print(f"layersched {args.command}: interrupted; nothing written", file=sys.stderr)

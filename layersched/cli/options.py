@@ -21,6 +21,12 @@ from __future__ import annotations
 import argparse
 import math
 
+NEEDS_TORCH = (
+    "this command needs torch, which is not installed; pip install 'layersched[torch]' "
+    "(on these machines: pip install torch==2.13.0)"
+)
+"""What a command that trains or profiles says where torch cannot be imported."""
+
 
 def positive_int(text: str) -> int:
     """An integer of at least 1."""

@@ -614,6 +614,16 @@ def _write(path, data) -> str:
 
 # -- missing optional parts --------------------------------------------------------------------------------
 
+NO_TORCH = (
+    "import sys\n"
+    "class NoTorch:\n"
+    "    def find_spec(self, name, path=None, target=None):\n"
+    "        if name.split('.')[0] == 'torch':\n"
+    "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+    "sys.meta_path.insert(0, NoTorch())\n"
+)
+"""Python source that makes every import of torch fail, as on a machine without it (for ``python -c``)."""
+
 
 def test_a_torch_command_without_torch_names_the_extra(tmp_path):
     """`profile` where torch cannot be imported: one line naming the extra, not a traceback."""
@@ -623,13 +633,7 @@ def test_a_torch_command_without_torch_names_the_extra(tmp_path):
     from tests.paths import ROOT
 
     code = (
-        "import sys\n"
-        "class NoTorch:\n"
-        "    def find_spec(self, name, path=None, target=None):\n"
-        "        if name.split('.')[0] == 'torch':\n"
-        "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
-        "sys.meta_path.insert(0, NoTorch())\n"
-        "from layersched.cli.main import main\n"
+        NO_TORCH + "from layersched.cli.main import main\n"
         f"out = {str(tmp_path / 'x.yaml')!r}\n"
         "sys.exit(main(['profile', 'examples/models.py:mlp', '--microbatch', '4', '--out', out]))\n"
     )
@@ -648,16 +652,7 @@ def test_asyncrun_without_torch_helps_and_names_the_extra():
 
     from tests.paths import ROOT
 
-    code = (
-        "import sys\n"
-        "class NoTorch:\n"
-        "    def find_spec(self, name, path=None, target=None):\n"
-        "        if name.split('.')[0] == 'torch':\n"
-        "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
-        "sys.meta_path.insert(0, NoTorch())\n"
-        "from layersched.cli.asyncrun import main\n"
-        "sys.exit(main(sys.argv[1:]))\n"
-    )
+    code = NO_TORCH + "from layersched.cli.asyncrun import main\nsys.exit(main(sys.argv[1:]))\n"
 
     def asyncrun(*args: str) -> subprocess.CompletedProcess:
         command = [sys.executable, "-c", code, *args]
