@@ -84,6 +84,22 @@ queue. On the interleaved p=4, three stages per rank, m=4, under 4 stage activat
 proves 3,736 where memory time proves 3,043 (CP-SAT: 3,894 in 60 s); with one stage per rank under 2
 activations it is the optimum where the others fall short (tests).
 
+**One rank alone** (any limit, none included; the strong one with fewer micro-batches than ranks and
+several stages per rank). On rank ``q`` every pass has a *release*, the least time from ``q``'s first
+pass to its start, and a *tail*, the least time from its end to the end of ``q``'s last pass. The
+micro-batch whose ``F(a)`` is the ``k``-th on ``q`` starts it at least ``k F(a)`` after the first (they
+run one at a time), and each of its passes on ``q`` then at least the chain from ``F(a)`` to it later.
+The tail of a ``W`` is 0; of an ``I(s)``, its ``W(s)`` or the ``I`` chain down to a lower stage of ``q``
+and that stage's ``W``, whichever is longer; of an ``F(s)``, the chain on to the end of ``I(s)`` and
+that ``I``'s tail. Any set of passes runs one at a time after the earliest release in it, and the pass
+of the set that ends last has at least the least tail in the set after it: ``span_q >= min release +
+their work + min tail``. The best sets are those released at or after some ``h`` with a tail of at
+least some ``g`` (enlarging a set to that keeps both minima), and that best is Jackson's preemptive
+one-machine bound. The warm-up bound waits only for ``q``'s first ``I``, that of its last stage; this
+one sees that the ``I`` passes of ``q``'s lower stages come later down the chain and queue there.
+Interleaved, p=3, m=3 (F=1, I=2, W=1, transfer 2): 45, the optimum, where the others prove 42; the
+V row at p=8 with 4 micro-batches: 601,709 where the others prove 529,541.
+
 **Through a rank** (any limit, none included; the strong one where a pipeline's ends are slow). Every
 pass on rank ``k`` waits for the forward chain from ``q``'s first stage to ``k``'s first stage, and the
 last ``I`` on ``k`` ends after all of ``k``'s forwards and ``I`` passes: a forward's own ``I`` comes
@@ -100,8 +116,9 @@ Example
 >>> pipe = pipeline_from_spec(ProblemSpec.model_validate({"name": "t", "pipeline": {
 ...     "stages": 4, "microbatches": 8, "forward": 2, "backward_input": 2, "backward_weight": 1,
 ...     "memory_forward": 4, "memory_freed_by_weight": 1, "memory_limit": 16}}))
->>> pipeline_bounds(pipe, [0, 1, 2, 3], "span")
-{'pipeline_idle': 48, 'through_rank': 45, 'memory_relay': 48, 'memory_time': 33, 'memory_ramps': 38, 'held_apart': 33}
+>>> pipeline_bounds(pipe, [0, 1, 2, 3], "span")  # doctest: +NORMALIZE_WHITESPACE
+{'pipeline_idle': 48, 'one_rank': 40, 'through_rank': 45, 'memory_relay': 48, 'memory_time': 33,
+ 'memory_ramps': 38, 'held_apart': 33}
 """
 
 from __future__ import annotations
@@ -226,6 +243,9 @@ def pipeline_bounds(pipe: Pipeline, stage_to_rank: list[int], objective: str) ->
         best_span = max(best_span, work + idle)
         best_makespan = max(best_makespan, head + work + idle)
     out = {"pipeline_idle": best_span if objective == "span" else best_makespan}
+    alone = _one_rank(rank, m, F, I, W, c, [int(x) for x in pipe.optimizer], down, chain, objective)
+    if alone:
+        out["one_rank"] = alone
     through = _through(rank, m, F, I, W, c, down, objective)
     if through:
         out["through_rank"] = through
@@ -242,6 +262,46 @@ def pipeline_bounds(pipe: Pipeline, stage_to_rank: list[int], objective: str) ->
         if apart:
             out["held_apart"] = apart
     return out
+
+
+def _one_rank(rank: list[int], m: int, F, I, W, c: list[int], optimizer: list[int], down, chain, objective: str) -> int:
+    """The bound of one rank alone (see the module text): on each rank every pass with its release
+    and its tail, and the best set of passes released at or after ``h`` with a tail of at least
+    ``g``."""
+    S = len(rank)
+    best = 0
+    for q in range(max(rank) + 1):
+        mine = [s for s in range(S) if rank[s] == q]
+        if not mine:
+            continue
+        a = mine[0]
+        # from the end of I(s) to the end of q's last pass of that micro-batch: its W(s), or the I
+        # chain down to a lower stage b of q and W(b)
+        tail_i = {
+            s: max([int(W[s])] + [int(sum(c[t] + I[t] for t in range(b, s)) + W[b]) for b in mine[:i]])
+            for i, s in enumerate(mine)
+        }
+        release, length, tail = [], [], []
+        for s in mine:
+            at_i = chain(a, s)  # F(a) start -> I(s) start
+            release += [int(down[s] - down[a]), at_i, at_i + int(I[s])]
+            length += [int(F[s]), int(I[s]), int(W[s])]
+            tail += [chain(s, s) - int(F[s]) + int(I[s]) + tail_i[s], tail_i[s], 0]
+        # the micro-batch whose F(a) is the k-th on q starts it k F(a) after q's first pass, or later
+        shift = np.arange(m, dtype=np.int64)[:, None] * int(F[a])
+        r = (np.asarray(release, dtype=np.int64)[None, :] + shift).ravel()
+        p = np.tile(np.asarray(length, dtype=np.int64), m)
+        t = np.tile(np.asarray(tail, dtype=np.int64), m)
+        extra = [optimizer[s] for s in mine if optimizer[s]]  # released at once, no tail
+        r, p, t = (np.concatenate([x, np.zeros(len(extra), dtype=np.int64)]) for x in (r, p, t))
+        p[len(p) - len(extra) :] = extra
+        value = 0
+        for g in np.unique(t):
+            keep = t >= g
+            order = np.argsort(-r[keep], kind="stable")
+            value = max(value, int(np.max(r[keep][order] + np.cumsum(p[keep][order]))) + int(g))
+        best = max(best, value + (int(down[a]) if objective != "span" else 0))
+    return best
 
 
 def _through(rank: list[int], m: int, F, I, W, c: list[int], down, objective: str) -> int:

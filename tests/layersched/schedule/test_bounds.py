@@ -122,6 +122,23 @@ def test_through_rank_takes_the_stage_with_the_shortest_way_down():
     assert optimum.result.status == "optimal" and optimum.metrics["value"] == 27
 
 
+def test_one_rank_alone_sees_the_lower_stages_backward_passes_queue():
+    """Rank 0 holds stages 0 and 3 (loop, 3 ranks, 3 micro-batches, F = 1, I = 2, W = 1, transfer 2).
+    An I(0) starts at least 36 after its micro-batch's F(0): six forwards and five I passes, ten hops.
+    The third F(0) on rank 0 starts at least 2 after the first, so the three I(0) and W(0), 9 of work,
+    all run after 36 and end at 45 or later. The warm-up bound waits only for rank 0's first I, an
+    I(3) (24 after its F(0)), and proves 42, as no other bound proves more. CP-SAT's proven optimum is 45."""
+    pipe = stage_pipeline(
+        stages=6, stages_per_rank=2, placement="loop", microbatches=3, forward=1, backward_input=2,
+        backward_weight=1, transfer=2, memory_forward=1, memory_freed_by_weight=0,
+    )  # fmt: skip
+    bounds = pipeline_bounds(pipe, pipe.stage_to_rank(), "span")
+    assert bounds["one_rank"] == 36 + 9 == 45
+    assert max(v for k, v in bounds.items() if k != "one_rank") == bounds["pipeline_idle"] == 42
+    optimum = solve_pipeline(pipe, solver="cpsat", objective="span", time_limit=30)
+    assert optimum.result.status == "optimal" and optimum.metrics["value"] == 45
+
+
 @st.composite
 def multi_chunk_pipelines(draw):
     p, where = draw(st.integers(2, 3)), draw(st.sampled_from(["loop", "v", "list"]))
