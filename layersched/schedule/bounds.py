@@ -85,20 +85,31 @@ proves 3,736 where memory time proves 3,043 (CP-SAT: 3,894 in 60 s); with one st
 activations it is the optimum where the others fall short (tests).
 
 **One rank alone** (any limit, none included; the strong one with fewer micro-batches than ranks and
-several stages per rank). On rank ``q`` every pass has a *release*, the least time from ``q``'s first
-pass to its start, and a *tail*, the least time from its end to the end of ``q``'s last pass. The
-micro-batch whose ``F(a)`` is the ``k``-th on ``q`` starts it at least ``k F(a)`` after the first (they
-run one at a time), and each of its passes on ``q`` then at least the chain from ``F(a)`` to it later.
-The tail of a ``W`` is 0; of an ``I(s)``, its ``W(s)`` or the ``I`` chain down to a lower stage of ``q``
-and that stage's ``W``, whichever is longer; of an ``F(s)``, the chain on to the end of ``I(s)`` and
-that ``I``'s tail. Any set of passes runs one at a time after the earliest release in it, and the pass
-of the set that ends last has at least the least tail in the set after it: ``span_q >= min release +
-their work + min tail``. The best sets are those released at or after some ``h`` with a tail of at
-least some ``g`` (enlarging a set to that keeps both minima), and that best is Jackson's preemptive
-one-machine bound. The warm-up bound waits only for ``q``'s first ``I``, that of its last stage; this
-one sees that the ``I`` passes of ``q``'s lower stages come later down the chain and queue there.
-Interleaved, p=3, m=3 (F=1, I=2, W=1, transfer 2): 45, the optimum, where the others prove 42; the
-V row at p=8 with 4 micro-batches: 601,709 where the others prove 529,541.
+several stages per rank). On rank ``q`` every pass has a *release*, the least time from ``q``'s
+first pass to its start, and a *tail*, the least time from its end to the end of ``q``'s last pass.
+The passes of one kind (``F``, ``I`` or ``W`` of one stage) are alike, so it is enough to bound the
+``i``-th earliest of each kind (from 0). The ``i``-th ``F(a)`` starts at least ``i F(a)`` after the
+first (they run one at a time), and the ``i``-th ``F(s)`` at least ``i`` times the longest forward
+from ``a`` to ``s`` plus the chain after ``q``'s first pass. The ``i``-th ``I(s)`` starts no earlier
+than the ``i``-th ``F(a)`` plus the chain from it, and, for every stage ``t >= s``, than the end of
+the ``i``-th ``I(t)`` plus the ``I`` chain from ``t`` down to ``s`` (for ``s`` itself, its start):
+by then the rank of ``t`` has run ``i + 1`` of both ``F(t)`` and ``I(t)`` (``i`` of the ``I`` for
+``s`` itself), after the first ``F(t)``, which comes at least the forward chain from ``a`` after
+``q``'s first pass. So at the turn of the pipeline the ``I`` passes follow each other ``F + I``
+apart, not only ``F(a)``; the ``i``-th ``W(s)`` starts after the ``i``-th ``I(s)`` ends. The tail of
+a ``W`` is 0; of an ``I(s)``, its ``W(s)`` or the ``I`` chain down to a lower stage of ``q`` and
+that stage's ``W``, whichever is longer; of an ``F(s)``, the chain on to the end of ``I(s)`` and
+that ``I``'s tail. Any set of passes runs one at a time after the earliest release in it, and the
+pass of the set that ends last has at least the least tail in the set after it: ``span_q >= min
+release + their work + min tail``. The best sets are those released at or after some ``h`` with a
+tail of at least some ``g`` (enlarging a set to that keeps both minima), and that best is Jackson's
+preemptive one-machine bound. The warm-up bound waits only for ``q``'s first ``I``, that of its last
+stage; this one sees that the ``I`` passes of ``q``'s lower stages come later down the chain and
+queue there.
+Interleaved, p=3, m=3 (F=1, I=2, W=1, transfer 2): 45, the optimum, where the others prove 42. The
+1.5B interleaved row with two or three stages per rank at p=4, 6, 8 and m = p/2: the schedule `best`
+finds in 20 s, proven optimal (up to 10% above the others); the V row at p=8 with 4 micro-batches:
+601,709 where the others prove 529,541 (`best`: 608,149).
 
 **Through a rank** (any limit, none included; the strong one where a pipeline's ends are slow). Every
 pass on rank ``k`` waits for the forward chain from ``q``'s first stage to ``k``'s first stage, and the
@@ -117,7 +128,7 @@ Example
 ...     "stages": 4, "microbatches": 8, "forward": 2, "backward_input": 2, "backward_weight": 1,
 ...     "memory_forward": 4, "memory_freed_by_weight": 1, "memory_limit": 16}}))
 >>> pipeline_bounds(pipe, [0, 1, 2, 3], "span")  # doctest: +NORMALIZE_WHITESPACE
-{'pipeline_idle': 48, 'one_rank': 40, 'through_rank': 45, 'memory_relay': 48, 'memory_time': 33,
+{'pipeline_idle': 48, 'one_rank': 45, 'through_rank': 45, 'memory_relay': 48, 'memory_time': 33,
  'memory_ramps': 38, 'held_apart': 33}
 """
 
@@ -269,6 +280,15 @@ def _one_rank(rank: list[int], m: int, F, I, W, c: list[int], optimizer: list[in
     and its tail, and the best set of passes released at or after ``h`` with a tail of at least
     ``g``."""
     S = len(rank)
+    i = np.arange(m, dtype=np.int64)
+    F, I, W = (np.asarray(x, dtype=np.int64) for x in (F, I, W))
+    # the i-th earliest I(t) ends at least (i + 1) F(t) and (i + 1) I(t) after the first F(t) starts
+    # (they share t's rank), and the i-th earliest I(s) starts after that plus the I chain from t down
+    # to s: later[s] is the best over t > s (from F(0)'s start, as `down` counts)
+    later = [np.full(m, -(2**62), dtype=np.int64) for _ in range(S)]
+    for s in range(S - 2, -1, -1):
+        end = down[s + 1] + (i + 1) * (F[s + 1] + I[s + 1])
+        later[s] = c[s] + np.maximum(end, later[s + 1] + I[s + 1])
     best = 0
     for q in range(max(rank) + 1):
         mine = [s for s in range(S) if rank[s] == q]
@@ -278,23 +298,26 @@ def _one_rank(rank: list[int], m: int, F, I, W, c: list[int], optimizer: list[in
         # from the end of I(s) to the end of q's last pass of that micro-batch: its W(s), or the I
         # chain down to a lower stage b of q and W(b)
         tail_i = {
-            s: max([int(W[s])] + [int(sum(c[t] + I[t] for t in range(b, s)) + W[b]) for b in mine[:i]])
-            for i, s in enumerate(mine)
+            s: max([int(W[s])] + [int(sum(c[t] + I[t] for t in range(b, s)) + W[b]) for b in mine[:k]])
+            for k, s in enumerate(mine)
         }
         release, length, tail = [], [], []
         for s in mine:
-            at_i = chain(a, s)  # F(a) start -> I(s) start
-            release += [int(down[s] - down[a]), at_i, at_i + int(I[s])]
-            length += [int(F[s]), int(I[s]), int(W[s])]
-            tail += [chain(s, s) - int(F[s]) + int(I[s]) + tail_i[s], tail_i[s], 0]
-        # the micro-batch whose F(a) is the k-th on q starts it k F(a) after q's first pass, or later
-        shift = np.arange(m, dtype=np.int64)[:, None] * int(F[a])
-        r = (np.asarray(release, dtype=np.int64)[None, :] + shift).ravel()
-        p = np.tile(np.asarray(length, dtype=np.int64), m)
-        t = np.tile(np.asarray(tail, dtype=np.int64), m)
+            # the i-th earliest of each kind of pass on q, from q's first pass (the first F(a)): the
+            # i-th F(t) of a stage t at or after a starts i F(t) after the first, and that at least
+            # down[t] - down[a] after q's first pass; the i-th F(a) starts i F(a) after it, and an
+            # I(s) follows its own F(a) by the chain
+            at_f = down[s] - down[a] + i * int(F[a : s + 1].max())
+            at_i = np.maximum.reduce(
+                [i * F[a] + chain(a, s), down[s] - down[a] + (i + 1) * F[s] + i * I[s], later[s] - down[a]]
+            )
+            release += [at_f, at_i, at_i + I[s]]
+            length += [np.full(m, F[s]), np.full(m, I[s]), np.full(m, W[s])]
+            tail += [np.full(m, chain(s, s) - F[s] + I[s] + tail_i[s]), np.full(m, tail_i[s]), np.zeros(m, np.int64)]
         extra = [optimizer[s] for s in mine if optimizer[s]]  # released at once, no tail
-        r, p, t = (np.concatenate([x, np.zeros(len(extra), dtype=np.int64)]) for x in (r, p, t))
-        p[len(p) - len(extra) :] = extra
+        r = np.concatenate([*release, np.zeros(len(extra), dtype=np.int64)])
+        p = np.concatenate([*length, np.asarray(extra, dtype=np.int64)])
+        t = np.concatenate([*tail, np.zeros(len(extra), dtype=np.int64)])
         value = 0
         for g in np.unique(t):
             keep = t >= g

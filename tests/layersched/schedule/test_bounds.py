@@ -139,6 +139,24 @@ def test_one_rank_alone_sees_the_lower_stages_backward_passes_queue():
     assert optimum.result.status == "optimal" and optimum.metrics["value"] == 45
 
 
+def test_one_rank_alone_spaces_the_backward_passes_by_the_turn_of_the_pipeline():
+    """Two ranks, two stages each (loop), 2 micro-batches, F = I = 2, W = 1, no transfer time. Rank 1
+    runs both F(3) and both I(3), so the second I(3) ends at least 6 + 2 * (2 + 2) = 14 after rank 0's
+    first pass (the first F(3) starts 6 after it); the second I(2) on rank 0 starts then or later, and
+    the first I(0) too (its chain from F(0) is 14). From 14 on, rank 0 runs that I(2) and its W(2) and
+    both I(0) and W(0): 9, so 23, CP-SAT's proven optimum. Spaced by the forwards alone (the second F(0)
+    starts 2 after the first), that I(2) could start at 12, and the bound was 22, as the warm-up bound's."""
+    pipe = stage_pipeline(
+        stages=4, stages_per_rank=2, placement="loop", microbatches=2, forward=2, backward_input=2,
+        backward_weight=1, transfer=0, memory_forward=1, memory_freed_by_weight=0,
+    )  # fmt: skip
+    bounds = pipeline_bounds(pipe, pipe.stage_to_rank(), "span")
+    assert bounds["one_rank"] == 14 + 9 == 23
+    assert max(v for k, v in bounds.items() if k != "one_rank") == bounds["pipeline_idle"] == 22
+    optimum = solve_pipeline(pipe, solver="cpsat", objective="span", time_limit=30)
+    assert optimum.result.status == "optimal" and optimum.metrics["value"] == 23
+
+
 @st.composite
 def multi_chunk_pipelines(draw):
     p, where = draw(st.integers(2, 3)), draw(st.sampled_from(["loop", "v", "list"]))
