@@ -122,39 +122,38 @@ def test_through_rank_takes_the_stage_with_the_shortest_way_down():
     assert optimum.result.status == "optimal" and optimum.metrics["value"] == 27
 
 
-def test_one_rank_alone_sees_the_lower_stages_backward_passes_queue():
-    """Rank 0 holds stages 0 and 3 (loop, 3 ranks, 3 micro-batches, F = 1, I = 2, W = 1, transfer 2).
-    An I(0) starts at least 36 after its micro-batch's F(0): six forwards and five I passes, ten hops.
-    The third F(0) on rank 0 starts at least 2 after the first, so the three I(0) and W(0), 9 of work,
-    all run after 36 and end at 45 or later. The warm-up bound waits only for rank 0's first I, an
-    I(3) (24 after its F(0)), and proves 42, as no other bound proves more. CP-SAT's proven optimum is 45."""
+@pytest.mark.parametrize(
+    ("ranks", "microbatches", "forward", "backward_input", "transfer", "other", "bound"),
+    [(3, 3, 1, 2, 2, 42, 36 + 9), (2, 2, 2, 2, 0, 22, 14 + 9)],
+    ids=["lower-stages-queue", "spaced-by-the-turn"],
+)
+def test_one_rank_alone_proves_the_optimum_where_the_others_fall_short(
+    ranks, microbatches, forward, backward_input, transfer, other, bound
+):
+    """Loop placement, two stages per rank, W = 1; the bound on rank 0 (stages 0 and ``ranks``).
+
+    - 3 ranks, 3 micro-batches, F = 1, I = 2, transfer 2. An I(0) starts at least 36 after its
+      micro-batch's F(0): six forwards and five I passes, ten hops. The third F(0) starts at least 2
+      after the first, so the three I(0) and W(0), 9 of work, all run after 36: 45. The warm-up bound
+      waits only for rank 0's first I, an I(3) (24 after its F(0)), and proves 42, as no other does.
+    - 2 ranks, 2 micro-batches, F = I = 2, no transfer time. Rank 1 runs both F(3) and both I(3), so
+      the second I(3) ends at least 6 + 2 * (2 + 2) = 14 after rank 0's first pass (the first F(3)
+      starts 6 after it); the second I(2) on rank 0 starts then or later, and the first I(0) too (its
+      chain from F(0) is 14). From 14 on, rank 0 runs that I(2) and its W(2) and both I(0) and W(0):
+      9, so 23. Spaced by the forwards alone (the second F(0) starts 2 after the first), that I(2)
+      could start at 12, and the bound was 22, as the warm-up bound's.
+
+    Both are CP-SAT's proven optima."""
     pipe = stage_pipeline(
-        stages=6, stages_per_rank=2, placement="loop", microbatches=3, forward=1, backward_input=2,
-        backward_weight=1, transfer=2, memory_forward=1, memory_freed_by_weight=0,
+        stages=2 * ranks, stages_per_rank=2, placement="loop", microbatches=microbatches, forward=forward,
+        backward_input=backward_input, backward_weight=1, transfer=transfer, memory_forward=1,
+        memory_freed_by_weight=0,
     )  # fmt: skip
     bounds = pipeline_bounds(pipe, pipe.stage_to_rank(), "span")
-    assert bounds["one_rank"] == 36 + 9 == 45
-    assert max(v for k, v in bounds.items() if k != "one_rank") == bounds["pipeline_idle"] == 42
+    assert bounds["one_rank"] == bound
+    assert max(v for k, v in bounds.items() if k != "one_rank") == bounds["pipeline_idle"] == other
     optimum = solve_pipeline(pipe, solver="cpsat", objective="span", time_limit=30)
-    assert optimum.result.status == "optimal" and optimum.metrics["value"] == 45
-
-
-def test_one_rank_alone_spaces_the_backward_passes_by_the_turn_of_the_pipeline():
-    """Two ranks, two stages each (loop), 2 micro-batches, F = I = 2, W = 1, no transfer time. Rank 1
-    runs both F(3) and both I(3), so the second I(3) ends at least 6 + 2 * (2 + 2) = 14 after rank 0's
-    first pass (the first F(3) starts 6 after it); the second I(2) on rank 0 starts then or later, and
-    the first I(0) too (its chain from F(0) is 14). From 14 on, rank 0 runs that I(2) and its W(2) and
-    both I(0) and W(0): 9, so 23, CP-SAT's proven optimum. Spaced by the forwards alone (the second F(0)
-    starts 2 after the first), that I(2) could start at 12, and the bound was 22, as the warm-up bound's."""
-    pipe = stage_pipeline(
-        stages=4, stages_per_rank=2, placement="loop", microbatches=2, forward=2, backward_input=2,
-        backward_weight=1, transfer=0, memory_forward=1, memory_freed_by_weight=0,
-    )  # fmt: skip
-    bounds = pipeline_bounds(pipe, pipe.stage_to_rank(), "span")
-    assert bounds["one_rank"] == 14 + 9 == 23
-    assert max(v for k, v in bounds.items() if k != "one_rank") == bounds["pipeline_idle"] == 22
-    optimum = solve_pipeline(pipe, solver="cpsat", objective="span", time_limit=30)
-    assert optimum.result.status == "optimal" and optimum.metrics["value"] == 23
+    assert optimum.result.status == "optimal" and optimum.metrics["value"] == bound
 
 
 @st.composite
