@@ -89,16 +89,20 @@ several stages per rank). On rank ``q`` every pass has a *release*, the least ti
 first pass to its start, and a *tail*, the least time from its end to the end of ``q``'s last pass.
 The passes of one kind (``F``, ``I`` or ``W`` of one stage) are alike, so it is enough to bound the
 ``i``-th earliest of each kind (from 0). The ``i``-th ``F(a)`` starts at least ``i F(a)`` after the
-first (they run one at a time), and the ``i``-th ``F(s)`` at least ``i`` times the longest forward
-from ``a`` to ``s`` plus the chain after ``q``'s first pass. The ``i``-th ``I(s)`` starts no earlier
-than the ``i``-th ``F(a)`` plus the chain from it, and, for every stage ``t >= s``, than the end of
-the ``i``-th ``I(t)`` plus the ``I`` chain from ``t`` down to ``s`` (for ``s`` itself, its start):
-by then the rank of ``t`` has run ``i + 1`` of both ``F(t)`` and ``I(t)`` (``i`` of the ``I`` for
-``s`` itself), after the first ``F(t)``, which comes at least the forward chain from ``a`` after
-``q``'s first pass. So at the turn of the pipeline the ``I`` passes follow each other ``F + I``
-apart, not only ``F(a)``; the ``i``-th ``W(s)`` starts after the ``i``-th ``I(s)`` ends. The tail of
-a ``W`` is 0; of an ``I(s)``, its ``W(s)`` or the ``I`` chain down to a lower stage of ``q`` and
-that stage's ``W``, whichever is longer; of an ``F(s)``, the chain on to the end of ``I(s)`` and
+first (they run one at a time), and the ``i``-th ``I(s)`` no earlier than the ``i``-th ``F(a)`` plus
+the chain from it. Every stage ``t >= a`` adds more. By the time the ``i``-th ``F(t)`` starts, the
+rank of ``t`` has run ``i`` of them and, for ``i + 1`` micro-batches, the forwards of its stages
+from ``b`` to below ``t``; by the time the ``i``-th ``I(t)`` ends, those forwards, ``F(t)`` and the
+``I`` passes of its stages from ``t`` up, for ``i + 1`` micro-batches. All of them come after the
+first ``F(b)``, which comes at least the forward chain from ``a`` to ``b`` after ``q``'s first pass
+(``b`` is any stage of that rank from ``a`` to ``t``). The ``i``-th ``F(s)`` then starts no earlier
+than the ``i``-th ``F(t)`` of any ``t <= s`` plus the forward chain between, and the ``i``-th
+``I(s)`` no earlier than the ``i``-th ``I(t)`` of any ``t >= s`` ends plus the ``I`` chain down to
+``s`` (for ``s`` itself: ends no earlier than that). So at the turn of the pipeline the ``I`` passes
+follow each other ``F + I`` apart, not only ``F(a)``, and ``2F + I`` on the V, whose rank at the
+turn holds the first stage too; the ``i``-th ``W(s)`` starts after the ``i``-th ``I(s)`` ends. The
+tail of a ``W`` is 0; of an ``I(s)``, its ``W(s)`` or the ``I`` chain down to a lower stage of ``q``
+and that stage's ``W``, whichever is longer; of an ``F(s)``, the chain on to the end of ``I(s)`` and
 that ``I``'s tail. Any set of passes runs one at a time after the earliest release in it, and the
 pass of the set that ends last has at least the least tail in the set after it: ``span_q >= min
 release + their work + min tail``. The best sets are those released at or after some ``h`` with a
@@ -108,8 +112,8 @@ stage; this one sees that the ``I`` passes of ``q``'s lower stages come later do
 queue there.
 Interleaved, p=3, m=3 (F=1, I=2, W=1, transfer 2): 45, the optimum, where the others prove 42. The
 1.5B interleaved row with two or three stages per rank at p=4, 6, 8 and m = p/2: the schedule `best`
-finds in 20 s, proven optimal (up to 10% above the others); the V row at p=8 with 4 micro-batches:
-601,709 where the others prove 529,541 (`best`: 608,149).
+finds in 20 s, proven optimal (up to 10% above the others); the V row at p=4, m=2: 288,106, the
+optimum, and at p=8, m=4: 601,790 where the others prove 529,541 (`best`: 608,149).
 
 **Through a rank** (any limit, none included; the strong one where a pipeline's ends are slow). Every
 pass on rank ``k`` waits for the forward chain from ``q``'s first stage to ``k``'s first stage, and the
@@ -282,16 +286,9 @@ def _one_rank(rank: list[int], m: int, F, I, W, c: list[int], optimizer: list[in
     S = len(rank)
     i = np.arange(m, dtype=np.int64)
     F, I, W = (np.asarray(x, dtype=np.int64) for x in (F, I, W))
-    # the i-th earliest I(t) ends at least (i + 1) F(t) and (i + 1) I(t) after the first F(t) starts
-    # (they share t's rank), and the i-th earliest I(s) starts after that plus the I chain from t down
-    # to s: later[s] is the best over t > s (from F(0)'s start, as `down` counts)
-    later = [np.full(m, -(2**62), dtype=np.int64) for _ in range(S)]
-    for s in range(S - 2, -1, -1):
-        end = down[s + 1] + (i + 1) * (F[s + 1] + I[s + 1])
-        later[s] = c[s] + np.maximum(end, later[s + 1] + I[s + 1])
+    stages = [[s for s in range(S) if rank[s] == r] for r in range(max(rank) + 1)]
     best = 0
-    for q in range(max(rank) + 1):
-        mine = [s for s in range(S) if rank[s] == q]
+    for mine in stages:
         if not mine:
             continue
         a = mine[0]
@@ -301,17 +298,33 @@ def _one_rank(rank: list[int], m: int, F, I, W, c: list[int], optimizer: list[in
             s: max([int(W[s])] + [int(sum(c[t] + I[t] for t in range(b, s)) + W[b]) for b in mine[:k]])
             for k, s in enumerate(mine)
         }
+        # by the time the i-th earliest F(t) of a stage t >= a starts, t's rank has run the forwards of
+        # its stages from b to t below t for i + 1 micro-batches, and i F(t); by the time the i-th I(t)
+        # ends, those forwards and F(t) for i + 1, and their I passes of its stages from t up. All come
+        # after the first F(b), at least the forward chain from a to b after q's first pass; b is any
+        # stage of t's rank from a to t. In `down`'s time (from F(0)'s start): at_f[t] and end_i[t]
+        at_f, end_i = {}, {}
+        for t in range(a, S):
+            own = stages[rank[t]]
+            up = int(sum(I[u] for u in own if u >= t))
+            low = [u for u in own if a <= u <= t]
+            ahead = [int(sum(F[u] for u in low[k:-1])) for k in range(len(low))]
+            at_f[t] = np.maximum.reduce([down[b] + (i + 1) * f + i * F[t] for b, f in zip(low, ahead, strict=True)])
+            end_i[t] = np.maximum.reduce([down[b] + (i + 1) * (f + F[t] + up) for b, f in zip(low, ahead, strict=True)])
+        # the i-th earliest I(s) starts after the i-th I(t) of any t >= s ends and the I chain from t
+        # down to s (for s itself: its start), and the i-th F(s) after the i-th F(t) of any t <= s
+        from_i = {S - 1: end_i[S - 1] - I[S - 1]}
+        for t in range(S - 2, a - 1, -1):
+            from_i[t] = np.maximum(end_i[t] - I[t], c[t] + from_i[t + 1] + I[t + 1])
+        from_f = {a: at_f[a]}
+        for t in range(a + 1, S):
+            from_f[t] = np.maximum(at_f[t], from_f[t - 1] + F[t - 1] + c[t - 1])
         release, length, tail = [], [], []
         for s in mine:
-            # the i-th earliest of each kind of pass on q, from q's first pass (the first F(a)): the
-            # i-th F(t) of a stage t at or after a starts i F(t) after the first, and that at least
-            # down[t] - down[a] after q's first pass; the i-th F(a) starts i F(a) after it, and an
-            # I(s) follows its own F(a) by the chain
-            at_f = down[s] - down[a] + i * int(F[a : s + 1].max())
-            at_i = np.maximum.reduce(
-                [i * F[a] + chain(a, s), down[s] - down[a] + (i + 1) * F[s] + i * I[s], later[s] - down[a]]
-            )
-            release += [at_f, at_i, at_i + I[s]]
+            # the i-th earliest of each kind of pass on q, from q's first pass (the first F(a)); an
+            # I(s) also follows its own F(a) by the chain, and the i-th F(a) starts i F(a) after the first
+            at_i = np.maximum(i * F[a] + chain(a, s), from_i[s] - down[a])
+            release += [from_f[s] - down[a], at_i, at_i + I[s]]
             length += [np.full(m, F[s]), np.full(m, I[s]), np.full(m, W[s])]
             tail += [np.full(m, chain(s, s) - F[s] + I[s] + tail_i[s]), np.full(m, tail_i[s]), np.zeros(m, np.int64)]
         extra = [optimizer[s] for s in mine if optimizer[s]]  # released at once, no tail

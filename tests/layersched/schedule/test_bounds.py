@@ -123,14 +123,14 @@ def test_through_rank_takes_the_stage_with_the_shortest_way_down():
 
 
 @pytest.mark.parametrize(
-    ("ranks", "microbatches", "forward", "backward_input", "transfer", "other", "bound"),
-    [(3, 3, 1, 2, 2, 42, 36 + 9), (2, 2, 2, 2, 0, 22, 14 + 9)],
-    ids=["lower-stages-queue", "spaced-by-the-turn"],
+    ("placement", "ranks", "microbatches", "forward", "backward_input", "transfer", "other", "bound"),
+    [("loop", 3, 3, 1, 2, 2, 42, 36 + 9), ("loop", 2, 2, 2, 2, 0, 22, 14 + 9), ("v", 2, 2, 3, 1, 0, 23, 15 + 9)],
+    ids=["lower-stages-queue", "spaced-by-the-turn", "v-forwards-queue"],
 )
 def test_one_rank_alone_proves_the_optimum_where_the_others_fall_short(
-    ranks, microbatches, forward, backward_input, transfer, other, bound
+    placement, ranks, microbatches, forward, backward_input, transfer, other, bound
 ):
-    """Loop placement, two stages per rank, W = 1; the bound on rank 0 (stages 0 and ``ranks``).
+    """Two stages per rank, W = 1; the bound on rank 0 (stage 0 and, in the loop, stage ``ranks``).
 
     - 3 ranks, 3 micro-batches, F = 1, I = 2, transfer 2. An I(0) starts at least 36 after its
       micro-batch's F(0): six forwards and five I passes, ten hops. The third F(0) starts at least 2
@@ -142,10 +142,16 @@ def test_one_rank_alone_proves_the_optimum_where_the_others_fall_short(
       chain from F(0) is 14). From 14 on, rank 0 runs that I(2) and its W(2) and both I(0) and W(0):
       9, so 23. Spaced by the forwards alone (the second F(0) starts 2 after the first), that I(2)
       could start at 12, and the bound was 22, as the warm-up bound's.
+    - V on 2 ranks (rank 0 holds stages 0 and 3, rank 1 stages 1 and 2), 2 micro-batches, F = 3,
+      I = 1, no transfer time. The second F(2) starts after both F(1) and the first F(2) have run on
+      rank 1, whose first pass comes 3 after rank 0's: at 12 or later, so the second F(3) on rank 0 at
+      15 or later, when the first I(0) comes too (four forwards and three I after its F(0)). From 15
+      on, rank 0 runs that F(3), its I(3) and W(3), and both I(0) and W(0): 9, so 24. Spaced by the
+      forwards of one stage alone, that F(3) could start at 12, and the bound was 23.
 
-    Both are CP-SAT's proven optima."""
+    All three are CP-SAT's proven optima."""
     pipe = stage_pipeline(
-        stages=2 * ranks, stages_per_rank=2, placement="loop", microbatches=microbatches, forward=forward,
+        stages=2 * ranks, stages_per_rank=2, placement=placement, microbatches=microbatches, forward=forward,
         backward_input=backward_input, backward_weight=1, transfer=transfer, memory_forward=1,
         memory_freed_by_weight=0,
     )  # fmt: skip
