@@ -986,7 +986,8 @@ def _memory_binds_little(pipe: Pipeline) -> str | None:
     ``memory_ramps`` (session 39) is larger: with it the gate would open on four rows of
     `benchmarks/multichunk.py` that it keeps closed, two of them under 1F1B's memory, where
     `paced-greedy` never won in that measurement. The best bound is taken without ``one_rank`` (session
-    71), which came later and binds only with fewer micro-batches than ranks, so the gate stays as measured."""
+    71): it came later, and it binds with few micro-batches, on none of the rows measured, so the gate
+    stays as measured."""
     from layersched.schedule.bounds import pipeline_bounds
 
     if pipe.capacity is None:
