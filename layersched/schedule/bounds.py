@@ -279,6 +279,12 @@ def pipeline_bounds(pipe: Pipeline, stage_to_rank: list[int], objective: str) ->
     return out
 
 
+def _down_to(c: list[int], I, W, s: int, b: int) -> int:
+    """From the end of ``I(s)`` to the end of ``W(b)`` of the same micro-batch, ``b <= s``: the ``I``
+    chain down from ``s`` to ``b`` and ``W(b)``."""
+    return int(sum(c[j] + I[j] for j in range(b, s))) + int(W[b])
+
+
 def _one_rank(rank: list[int], m: int, F, I, W, c: list[int], optimizer: list[int], down, chain, objective: str) -> int:
     """The bound of one rank alone (see the module text): on each rank every pass with its release
     and its tail, and the best set of passes released at or after ``h`` with a tail of at least
@@ -294,10 +300,7 @@ def _one_rank(rank: list[int], m: int, F, I, W, c: list[int], optimizer: list[in
         a = mine[0]
         # from the end of I(s) to the end of q's last pass of that micro-batch: its W(s), or the I
         # chain down to a lower stage b of q and W(b)
-        tail_i = {
-            s: max([int(W[s])] + [int(sum(c[t] + I[t] for t in range(b, s)) + W[b]) for b in mine[:k]])
-            for k, s in enumerate(mine)
-        }
+        tail_i = {s: max(_down_to(c, I, W, s, b) for b in mine[: k + 1]) for k, s in enumerate(mine)}
         # by the time the i-th earliest F(t) of a stage t >= a starts, t's rank has run the forwards of
         # its stages from b to t below t for i + 1 micro-batches, and i F(t); by the time the i-th I(t)
         # ends, those forwards and F(t) for i + 1, and their I passes of its stages from t up. All come
@@ -349,23 +352,19 @@ def _through(rank: list[int], m: int, F, I, W, c: list[int], down, objective: st
     S = len(rank)
     stages = [[s for s in range(S) if rank[s] == r] for r in range(max(rank) + 1)]
 
-    def down_to(s: int, b: int) -> int:
-        """From the end of ``I(s)`` to the end of ``W(b)`` of the same micro-batch, ``b <= s``."""
-        return int(sum(c[j] + I[j] for j in range(b, s))) + int(W[b])
-
     best = 0
     for k, theirs in enumerate(stages):
         if not theirs:
             continue
         block = m * int(sum(F[s] + I[s] for s in theirs))
         if objective != "span":  # every stage counts; the chain from stage 0 starts at 0 or later
-            tail = min(max(down_to(s, b) for b in range(s + 1)) for s in theirs)
+            tail = min(max(_down_to(c, I, W, s, b) for b in range(s + 1)) for s in theirs)
             best = max(best, int(down[theirs[0]]) + block + tail)
             continue
         for q, mine in enumerate(stages):
             if not mine or mine[0] > theirs[0]:
                 continue
-            tails = [[down_to(s, b) for b in mine if b < s or (b == s and q == k)] for s in theirs]
+            tails = [[_down_to(c, I, W, s, b) for b in mine if b < s or (b == s and q == k)] for s in theirs]
             if all(tails):
                 best = max(best, int(down[theirs[0]] - down[mine[0]]) + block + min(max(t) for t in tails))
     return best
