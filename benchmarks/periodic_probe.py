@@ -21,9 +21,11 @@ micro-batches (`expand`): micro-batch ``i`` runs the template's micro-batch ``i 
 ``(i // per) * P``; fewer micro-batches in flight at the ends hold no more memory than the steady
 state does. Each one found is checked that way by `solve.start_solution` (our validator).
 
-What it answers: INFEASIBLE at a period proves that no schedule of that kind is as fast; it says
-nothing of schedules that are not periodic (`best`'s are not), so it is no lower bound. The search's
-time limit (CP-SAT's ``UNKNOWN``) often ends the larger templates undecided.
+What it answers: INFEASIBLE proves that no schedule of that kind has that period (each period is
+its own question: a longer one need not be feasible because a shorter one is). It says nothing of
+schedules that are not periodic (`best`'s are not), so it is no lower bound. CP-SAT starts from a
+greedy template that may break the memory limit (`greedy_template`); within its time limit it often
+leaves the larger templates undecided (``UNKNOWN``).
 
 Usage: python benchmarks/periodic_probe.py PROBLEM [--per 1] [--time-limit 30] PERIOD [PERIOD ...]
        (PROBLEM: a stage-level problem file with a split backward; periods per micro-batch)
@@ -66,8 +68,9 @@ def periodic_model(
     }
     c = [int(pipe.transfer[s]) if s + 1 < S and rank[s] != rank[s + 1] else 0 for s in range(S)]
     P = per * period
-    # no pass waits a whole period for its phase (waiting longer only holds memory longer), so the
-    # template lies within the chain plus a period per pass and micro-batch
+    # a pass that waits a whole period for its phase can run a period earlier, with every pass after it
+    # in its micro-batch's chain: memory is then held no longer. So some template of every periodic
+    # schedule lies within the chains plus less than a period of waiting per pass
     horizon = sum(sum(d) for d in dur.values()) + 2 * sum(c) + (3 * S + 1) * per * P
     m = cp_model.CpModel()
     start, phase = {}, {}
