@@ -370,8 +370,8 @@ def test_kept_orders_reach_the_interleaved_bound_or_come_near_it(
     activations (3/4 of 1F1B's memory; m not a multiple of p, where no torch order applies) orders that
     `best` found in 300 s reach the memory relay's bound too (in 60 s it ends 2.8-3.1% above). On the
     bundled row (p=8, m=24, 24 activations) orders that `best` found in 600 s come within 0.51% of it
-    (60 s: 1.2-1.45%). A stronger-looking bound that passes them would be wrong; a search that misses them has room (so the
-    gaps of these rows within 60 s are the search's)."""
+    (60 s: 1.2-1.45%). A stronger-looking bound that passes them would be wrong; a search that misses
+    them has room (so the gaps of these rows within 60 s are the search's)."""
     import json
 
     import yaml
