@@ -60,13 +60,7 @@ def periodic_model(
     """CP-SAT's status and, where it found one, a template of ``per`` micro-batches that repeats every
     ``per * period`` under the pipeline's memory limit (see the module text) and its latency (the end
     of its last pass; the least CP-SAT found). CP-SAT starts from ``hint`` (default: `greedy_template`)."""
-    S, rank = pipe.num_stages, pipe.stage_to_rank()
-    dur = {
-        "F": [int(x) + pipe.overhead("F") for x in pipe.forward],
-        "I": [int(x) + pipe.overhead("I") for x in pipe.backward_input],
-        "W": [int(x) + pipe.overhead("W") for x in pipe.backward_weight],
-    }
-    c = [int(pipe.transfer[s]) if s + 1 < S and rank[s] != rank[s + 1] else 0 for s in range(S)]
+    S, (rank, dur, c) = pipe.num_stages, _costs(pipe)
     P = per * period
     # a pass that waits a whole period for its phase can run a period earlier, with every pass after it
     # in its micro-batch's chain: memory is then held no longer. So some template of every periodic
@@ -149,12 +143,7 @@ def greedy_template(pipe: Pipeline, period: int, per: int = 1) -> Template | Non
     it meets no pass placed before it on its rank, modulo the period. CP-SAT's hint: from nothing it
     often finds no template at all in its time (at p=5, v=2 even at twice the least period), and from
     this one at once. None where a rank's passes do not fit in the period."""
-    S, rank, P = pipe.num_stages, pipe.stage_to_rank(), per * period
-    dur = {
-        k: [int(x) + pipe.overhead(k) for x in a]
-        for k, a in zip("FIW", (pipe.forward, pipe.backward_input, pipe.backward_weight), strict=True)
-    }
-    c = [int(pipe.transfer[s]) if s + 1 < S and rank[s] != rank[s + 1] else 0 for s in range(S)]
+    S, (rank, dur, c), P = pipe.num_stages, _costs(pipe), per * period
     busy: list[list[tuple[int, int]]] = [[] for _ in range(pipe.num_ranks)]
 
     def place(q: int, ready: int, d: int) -> int:
@@ -241,12 +230,23 @@ def main(argv: list[str] | None = None) -> None:
 
 def _rank_work(pipe: Pipeline) -> int:
     """The most work one rank has per micro-batch: no period is shorter."""
-    rank = pipe.stage_to_rank()
+    rank, dur, _ = _costs(pipe)
     total = [0] * pipe.num_ranks
     for s in range(pipe.num_stages):
-        total[rank[s]] += int(pipe.forward[s] + pipe.backward_input[s] + pipe.backward_weight[s])
-        total[rank[s]] += sum(pipe.overhead(k) for k in "FIW")
+        total[rank[s]] += sum(dur[kind][s] for kind in "FIW")
     return max(total)
+
+
+def _costs(pipe: Pipeline) -> tuple[list[int], dict[str, list[int]], list[int]]:
+    """The rank of each stage, each pass's duration (``F``, ``I`` and ``W`` per stage, with the action
+    overhead) and the transfer after each stage (paid only between ranks)."""
+    S, rank = pipe.num_stages, pipe.stage_to_rank()
+    dur = {
+        kind: [int(x) + pipe.overhead(kind) for x in costs]
+        for kind, costs in zip("FIW", (pipe.forward, pipe.backward_input, pipe.backward_weight), strict=True)
+    }
+    c = [int(pipe.transfer[s]) if s + 1 < S and rank[s] != rank[s + 1] else 0 for s in range(S)]
+    return rank, dur, c
 
 
 if __name__ == "__main__":
