@@ -241,12 +241,8 @@ def _costs(pipe: Pipeline) -> tuple[list[int], dict[str, list[int]], list[int]]:
     """The rank of each stage, each pass's duration (``F``, ``I`` and ``W`` per stage, with the action
     overhead) and the transfer after each stage (paid only between ranks)."""
     S, rank = pipe.num_stages, pipe.stage_to_rank()
-    dur = {
-        kind: [int(x) + pipe.overhead(kind) for x in costs]
-        for kind, costs in zip("FIW", (pipe.forward, pipe.backward_input, pipe.backward_weight), strict=True)
-    }
     c = [int(pipe.transfer[s]) if s + 1 < S and rank[s] != rank[s + 1] else 0 for s in range(S)]
-    return rank, dur, c
+    return rank, pipe.pass_durations(), c
 
 
 if __name__ == "__main__":

@@ -78,6 +78,12 @@ class Pipeline:
         o = self.action_overhead
         return int(o.get(kind, 0)) if isinstance(o, dict) else int(o)
 
+    def pass_durations(self) -> dict[str, list[int]]:
+        """Per stage, the duration of its ``F``, ``I`` and ``W`` passes, each with its action overhead
+        (`overhead`)."""
+        costs = (("F", self.forward), ("I", self.backward_input), ("W", self.backward_weight))
+        return {k: [int(t) + self.overhead(k) for t in x] for k, x in costs}
+
     @property
     def num_stages(self) -> int:
         return len(self.forward)

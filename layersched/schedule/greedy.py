@@ -54,10 +54,7 @@ class _Flow:
     def __init__(self, pipe: Pipeline) -> None:
         self.S, self.m, self.R = pipe.num_stages, pipe.num_microbatches, pipe.num_ranks
         self.rank = pipe.stage_to_rank()
-        self.dur = {
-            k: [int(t) + pipe.overhead(k) for t in x]
-            for k, x in (("F", pipe.forward), ("I", pipe.backward_input), ("W", pipe.backward_weight))
-        }
+        self.dur = pipe.pass_durations()
         mf, mw = pipe.mem_forward.tolist(), pipe.mem_freed_by_weight.tolist()
         self.mf = mf
         self.delta = {"F": mf, "I": [w - f for f, w in zip(mf, mw, strict=True)], "W": [-w for w in mw]}

@@ -742,10 +742,7 @@ class _Timeline:
 
     def __init__(self, pipe: Pipeline):
         S = self.S = pipe.num_stages
-        self.dur = {
-            k: [int(t) + pipe.overhead(k) for t in x]
-            for k, x in (("F", pipe.forward), ("I", pipe.backward_input), ("W", pipe.backward_weight))
-        }
+        self.dur = pipe.pass_durations()
         self.mf, self.mw = pipe.mem_forward.tolist(), pipe.mem_freed_by_weight.tolist()
         self.delta = {
             "F": self.mf,
