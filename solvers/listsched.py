@@ -569,11 +569,10 @@ def _insert(
             indeg[v] -= 1
             if indeg[v] == 0:
                 heapq.heappush(ready, (-key[v], v))
-    by_time = sorted(range(n), key=lambda t: (proc[t], start[t], end[t]))
-    tasks: list[list[int]] = [[] for _ in range(P)]
-    for t in by_time:
-        tasks[proc[t]].append(t)
-    return Schedule(np.array(proc, dtype=np.int64), np.array(start, dtype=np.int64)), tasks
+    schedule = Schedule(np.array(proc, dtype=np.int64), np.array(start, dtype=np.int64))
+    # by start, zero-length tasks first and then by topological position: zero-length tasks that share
+    # a start keep their edges' direction, so the orders can be timed again (`_as_late_as_possible`)
+    return schedule, schedule.orders(problem)
 
 
 def _adjacency(problem: Problem) -> tuple[list[int], list[int], list[int], list[int], list[int], list[int]]:

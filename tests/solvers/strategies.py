@@ -13,8 +13,9 @@ from solvers import Deadlock, Problem, Schedule, time_orders, violations
 
 @st.composite
 def problems(draw, max_tasks: int = 12, max_processors: int = 3, memory: bool = True, groups: bool = True) -> Problem:
-    """A random DAG: tasks 0..n-1 with edges from lower to higher index, random allowed sets,
-    delays, memory deltas (a random capacity or none per processor) and affinity groups."""
+    """A random DAG: tasks 0..n-1 with edges from lower to higher index, then numbered afresh in a
+    random order (solvers must not take the index order for a topological one), with random allowed
+    sets, delays, memory deltas (a random capacity or none per processor) and affinity groups."""
     n = draw(st.integers(1, max_tasks))
     P = draw(st.integers(1, max_processors))
     ints = lambda lo, hi, k: draw(st.lists(st.integers(lo, hi), min_size=k, max_size=k))  # noqa: E731
@@ -34,7 +35,15 @@ def problems(draw, max_tasks: int = 12, max_processors: int = 3, memory: bool = 
     if groups:
         options["group"] = ints(-1, 2, n)
     edges = np.array(edges, dtype=np.int64).reshape(-1, 2)
-    return Problem(duration=ints(0, 6, n), allowed=allowed, edges=edges, delay=ints(0, 4, len(edges)), **options)
+    duration = np.array(ints(0, 6, n), dtype=np.int64)
+    old = np.array(draw(st.permutations(range(n))), dtype=np.int64)  # new task i is task old[i]
+    new = np.argsort(old)
+    for name in ("mem_delta", "group"):
+        if name in options:
+            options[name] = np.asarray(options[name])[old]
+    return Problem(
+        duration=duration[old], allowed=allowed[old], edges=new[edges], delay=ints(0, 4, len(edges)), **options
+    )
 
 
 @st.composite

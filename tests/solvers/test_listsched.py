@@ -134,6 +134,15 @@ def test_span_takes_the_late_timing_of_the_same_orders():
     assert result.objective == 3 and result.schedule.start[2] == 4
 
 
+def test_heft_span_keeps_zero_length_tasks_in_edge_order():
+    """Task 2 feeds task 1, both of length 0 at time 1: HEFT's orders once listed them by index, and
+    timing them late for the span (`_as_late_as_possible`) stopped in a deadlock."""
+    p = Problem(duration=[1, 0, 0], num_processors=1, edges=[[0, 2], [2, 1]])
+    result = heft(p, objective="span")
+    validate(p, result.schedule)
+    assert result.objective == 1
+
+
 @pytest.mark.parametrize("p, m, f, d", [(1, 5, 3, 2), (4, 8, 2, 1), (8, 3, 5, 0)])
 def test_forward_pipeline_meets_the_closed_form(p, m, f, d):
     result = list_schedule(forward_pipeline(p, m, f, d))
