@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import solvers.lns
-from solvers import Problem, Schedule, solve, validate
+from solvers import Problem, Schedule, solve, time_orders, validate
 from solvers.listsched import list_schedule
 from solvers.lns import cpsat_lns
 from tests.solvers.strategies import heterogeneous, problems
@@ -300,6 +300,25 @@ def test_a_band_step_is_valid_and_never_worse(problem, objective, band):
     validate(problem, got)
     assert got.objective(problem, objective) <= start.schedule.objective(problem, objective)
     assert info["steps"] >= 1 or start.schedule.objective(problem, objective) == 0
+
+
+def test_band_steps_keep_zero_length_tasks_in_edge_order(monkeypatch):
+    """Task 2 feeds task 1, both of length 0 at time 2 on one processor. The kept tasks' order pairs
+    once listed them by index, against the edge: a step's model had no solution and found nothing."""
+    import solvers.lns
+    from solvers.lns import improve_bands
+
+    p = Problem(duration=[2, 0, 0, 1, 3], num_processors=1, edges=[[0, 2], [2, 1], [1, 3]])
+    start = time_orders(p, [[0, 2, 1, 3, 4]])
+    pairs, real = [], solvers.lns.cpsat
+
+    def spy(*args, **kw):
+        pairs.extend(map(tuple, kw["order_pairs"].tolist()))
+        return real(*args, **kw)
+
+    monkeypatch.setattr(solvers.lns, "cpsat", spy)
+    improve_bands(p, start, time_limit=1.5, band=0.2, step_limit=0.1)
+    assert (2, 1) in pairs and (1, 2) not in pairs
 
 
 def test_a_band_over_every_task_is_cpsat_from_the_start():
