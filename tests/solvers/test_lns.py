@@ -304,8 +304,7 @@ def test_a_band_step_is_valid_and_never_worse(problem, objective, band):
 
 def test_band_steps_keep_zero_length_tasks_in_edge_order(monkeypatch):
     """Task 2 feeds task 1, both of length 0 at time 2 on one processor. The kept tasks' order pairs
-    once listed them by index, against the edge: a step's model had no solution and found nothing."""
-    import solvers.lns
+    once listed them by index, against the edge: with the edge, that pair held both to one start."""
     from solvers.lns import improve_bands
 
     p = Problem(duration=[2, 0, 0, 1, 3], num_processors=1, edges=[[0, 2], [2, 1], [1, 3]])
