@@ -570,9 +570,7 @@ def _insert(
             if indeg[v] == 0:
                 heapq.heappush(ready, (-key[v], v))
     schedule = Schedule(np.array(proc, dtype=np.int64), np.array(start, dtype=np.int64))
-    # by start, zero-length tasks first and then by topological position: zero-length tasks that share
-    # a start keep their edges' direction, so the orders can be timed again (`_as_late_as_possible`)
-    return schedule, schedule.orders(problem)
+    return schedule, schedule.orders(problem)  # zero-length tasks at one start in edge order: timed again late
 
 
 def _adjacency(problem: Problem) -> tuple[list[int], list[int], list[int], list[int], list[int], list[int]]:

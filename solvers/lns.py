@@ -201,9 +201,7 @@ def improve_bands(
     rng = np.random.default_rng(seed)
 
     def step(current: Schedule, left: float, _: int) -> tuple[Schedule | None, bool]:
-        # start order as `Schedule.orders` has it: zero-length tasks that share a start keep their
-        # edges' direction, so the kept pairs below never contradict an edge
-        order = np.lexsort((problem.topological_position(), current.durations(problem) > 0, current.start))
+        order = current.start_order(problem)  # zero-length tasks at one start in edge order: pairs below follow edges
         first = int(rng.integers(0, n - width + 1))
         inside = np.zeros(n, dtype=bool)
         inside[order[first : first + width]] = True

@@ -456,14 +456,17 @@ class Schedule:
             return self.span(problem)
         raise ValueError(f"unknown objective {objective!r}; valid: {', '.join(OBJECTIVES)}")
 
-    def orders(self, problem: Problem) -> list[list[int]]:
-        """Tasks of each processor sorted by start. At equal starts a zero-length task comes first: it
-        ends where the other begins, so these orders timed again (`solvers.time_orders`) put it back
+    def start_order(self, problem: Problem) -> np.ndarray:
+        """Every task, sorted by start. At equal starts a zero-length task comes first: it ends where
+        the other begins, so orders read from this and timed again (`solvers.time_orders`) put it back
         there, and a zero-length ``W`` that frees memory at a forward's start still frees it first.
         Remaining ties go by topological position, so tasks joined by an edge keep its direction."""
-        order = np.lexsort((problem.topological_position(), self.durations(problem) > 0, self.start))
+        return np.lexsort((problem.topological_position(), self.durations(problem) > 0, self.start))
+
+    def orders(self, problem: Problem) -> list[list[int]]:
+        """Tasks of each processor in `start_order`."""
         per = [[] for _ in range(problem.num_processors)]
-        for t in order.tolist():
+        for t in self.start_order(problem).tolist():
             per[int(self.processor[t])].append(t)
         return per
 
