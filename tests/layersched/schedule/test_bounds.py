@@ -162,6 +162,18 @@ def test_one_rank_alone_proves_the_optimum_where_the_others_fall_short(
     assert optimum.result.status == "optimal" and optimum.metrics["value"] == bound
 
 
+def template_values(pipe, objective, stage_to_rank=None):
+    """(name, value) of every template that gives ``pipe`` a valid schedule (only those at
+    ``stage_to_rank``, where given)."""
+    for name in template_names():
+        try:
+            sol = solve_pipeline(pipe, schedule=name, objective=objective)
+        except (TemplateError, InvalidSchedule, Deadlock):
+            continue
+        if stage_to_rank is None or sol.stage_to_rank == list(stage_to_rank):
+            yield name, sol.metrics["value"]
+
+
 @st.composite
 def multi_chunk_pipelines(draw):
     p, where = draw(st.integers(2, 3)), draw(st.sampled_from(["loop", "v", "list"]))
@@ -194,12 +206,8 @@ def test_multi_chunk_bound_never_exceeds_a_valid_schedule(pipe, objective):
     from solvers.cpsat import cpsat
 
     bound = max(pipeline_bounds(pipe, pipe.stage_to_rank(), objective).values())
-    for name in template_names():
-        try:
-            sol = solve_pipeline(pipe, schedule=name, objective=objective)
-        except (TemplateError, InvalidSchedule, Deadlock):
-            continue
-        assert sol.metrics["value"] >= bound, name
+    for name, value in template_values(pipe, objective):
+        assert value >= bound, name
     tasks = to_problem(build_graph(pipe, split_backward=True, stage_to_rank=pipe.stage_to_rank()), pipe.capacity)
     res = cpsat(tasks.problem, objective=objective, time_limit=1.0)
     if res.schedule is not None:
@@ -242,13 +250,8 @@ def test_bound_never_exceeds_a_valid_schedule(pipe, objective):
     from solvers.cpsat import cpsat
 
     bound = max(pipeline_bounds(pipe, list(range(pipe.num_stages)), objective).values())
-    for name in template_names():
-        try:
-            sol = solve_pipeline(pipe, schedule=name, objective=objective)
-        except (TemplateError, InvalidSchedule, Deadlock):
-            continue
-        if sol.stage_to_rank == list(range(pipe.num_stages)):
-            assert sol.metrics["value"] >= bound, name
+    for name, value in template_values(pipe, objective, range(pipe.num_stages)):
+        assert value >= bound, name
     tasks = to_problem(build_graph(pipe, split_backward=True), pipe.capacity)
     res = cpsat(tasks.problem, objective=objective, time_limit=1.0, symmetry=symmetry_chains(tasks))
     if res.schedule is not None:
@@ -440,13 +443,8 @@ def test_bound_never_exceeds_a_schedule_of_either_backward_mode(pipe, objective)
 
     stage_to_rank = pipe.stage_to_rank()
     bound = max(pipeline_bounds(pipe, stage_to_rank, objective).values(), default=0)
-    for name in template_names():
-        try:
-            sol = solve_pipeline(pipe, schedule=name, objective=objective)
-        except (TemplateError, InvalidSchedule, Deadlock):
-            continue
-        if sol.stage_to_rank == list(stage_to_rank):
-            assert sol.metrics["value"] >= bound, name
+    for name, value in template_values(pipe, objective, stage_to_rank):
+        assert value >= bound, name
     for split in (True, False):
         tasks = to_problem(build_graph(pipe, split_backward=split, stage_to_rank=stage_to_rank), pipe.capacity)
         if tasks.problem.num_tasks > 150:
