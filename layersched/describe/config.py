@@ -504,7 +504,8 @@ def format_validation_error(path: str | Path, exc: ValidationError) -> str:
     else:
         msg = msg.removeprefix("Value error, ")
         fix = "correct the value"
-    more = f" (and {len(errors) - 1} more errors)" if len(errors) > 1 else ""
+    n = len(errors) - 1
+    more = f" (and {n} more error{'s' if n > 1 else ''})" if n else ""
     return f"{path}: {where}: {msg}; {fix}{more}"
 
 

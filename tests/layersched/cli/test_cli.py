@@ -162,9 +162,12 @@ def test_errors_are_one_line_exit_2_no_traceback(tmp_path):
     assert r.returncode == 2
     assert (
         r.stderr.strip()
-        == f"layersched solve: error: {bad}: pipeline.forwrd: unknown key; did you mean 'forward'? (and 1 more errors)"
+        == f"layersched solve: error: {bad}: pipeline.forwrd: unknown key; did you mean 'forward'? (and 1 more error)"
     )
     assert "Traceback" not in r.stderr and not (tmp_path / "x.json").exists()
+    bad.write_text(bad.read_text().replace("  backward_input:", "  backward_inpt:"))  # two unknown, two missing
+    r = run_cli("solve", bad, "--out", tmp_path / "x.json")
+    assert r.returncode == 2 and r.stderr.strip().endswith("(and 3 more errors)")
     r = run_cli("solve", DATA / "zb-1.5b.yaml", "--schedule", "nope")
     assert r.returncode == 2 and "unknown schedule 'nope'; valid: " in r.stderr
     r = run_cli("--debug", "solve", bad)
