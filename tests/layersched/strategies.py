@@ -7,10 +7,11 @@ from tests.layersched.schedule.test_core_path import stage_pipeline
 
 
 @st.composite
-def any_stage_pipelines(draw):
-    """Wider than test_bounds' `multi_chunk_pipelines`: 1-4 ranks, 1-3 stages per rank (loop, V or any placement),
-    every cost and memory field one number or a list per stage, passes and transfers of length 0, and
-    memory limits from one stage's activations up. Rejects what the problem file would refuse."""
+def any_stage_fields(draw):
+    """The ``pipeline:`` fields of a stage-level problem file, wider than test_bounds'
+    `multi_chunk_pipelines`: 1-4 ranks, 1-3 stages per rank (loop, V or any placement), every cost and
+    memory field one number or a list per stage, passes and transfers of length 0, and memory limits
+    from one stage's activations up. Some are files the problem schema refuses."""
     p, v = draw(st.integers(1, 4)), draw(st.integers(1, 3))
     where = draw(st.sampled_from(["loop", "v", "list"])) if v > 1 else "loop"
     v = 2 if where == "v" else v
@@ -32,7 +33,13 @@ def any_stage_pipelines(draw):
         fields["placement"] = draw(st.permutations([r for r in range(p) for _ in range(v)]))
     elif v > 1:
         fields["placement"] = where
+    return fields
+
+
+@st.composite
+def any_stage_pipelines(draw):
+    """`any_stage_fields` as a pipeline; rejects what the problem file would refuse."""
     try:
-        return stage_pipeline(**fields)
+        return stage_pipeline(**draw(any_stage_fields()))
     except ValueError:  # pydantic's ValidationError too: a field the problem file refuses
         reject()
