@@ -526,12 +526,15 @@ class Timer:
         self._origin: object = None
 
     def start_step(self) -> None:
-        self._origin_clock = time.perf_counter() + self.offset
+        # one reading for both origins: a rank descheduled between two readings (2 cores, 4 ranks)
+        # shifted every clock of its step early by that gap, which can make a flight come out negative
+        now = time.perf_counter()
+        self._origin_clock = now + self.offset
         if self.cuda:
             self._origin = torch.cuda.Event(enable_timing=True)
             self._origin.record()
         else:
-            self._origin = time.perf_counter()
+            self._origin = now
 
     @contextmanager
     def span(self, action: str, step: int, wait: bool = False) -> Iterator[None]:

@@ -251,6 +251,27 @@ def test_trace_and_compare_of_a_run(tmp_path):
     assert all(0 <= seconds < window for seconds, window in flights)
 
 
+def test_a_transfer_clock_is_the_reading_at_its_stamp_plus_the_offset(monkeypatch):
+    """`Timer.start_step` read the clock twice, once for the step's origin on the common clock and
+    once for its own origin: a rank descheduled between the two shifted every clock of that step
+    early by the gap. Its flights' windows shift with it, so of `test_trace_and_compare_of_a_run`'s
+    ``0 <= flight < window`` only the first can break that way, and that check failed once (session
+    77, `.ci/run` on 2 cores; the likely cause, not shown). Here each reading is a second after the
+    one before."""
+    from layersched.runtime import runner as runner_module
+    from layersched.runtime.runner import Timer
+
+    readings = iter(range(1, 100))
+    monkeypatch.setattr(runner_module.time, "perf_counter", lambda: float(next(readings)))
+    timer = Timer(torch.device("cpu"), enabled=True, offset=0.5)
+    timer.start_step()
+    timer.transfer(0, 7, "send", 8)
+    stamp = next(readings) - 1.0  # the reading the transfer took
+    rec = timer.transfers[-1]
+    assert rec["clock"] == stamp + 0.5
+    assert rec["clock"] - rec["time"] == timer._origin_clock
+
+
 def test_clock_offset_between_processes_of_one_host_is_near_zero():
     offsets = run_processes(rank_functions.offsets, 3, timeout=120)
     assert offsets[0] == 0.0
