@@ -1,4 +1,5 @@
-"""Random stage-level pipelines for property tests (bounds, solvers, the runner)."""
+"""Random stage-level pipelines and their problem files for property tests (bounds, the runner, the
+command line)."""
 
 from hypothesis import reject
 from hypothesis import strategies as st

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from layersched.cli.main import main
 from layersched.schedule.budget import SETUP_SECONDS
 from layersched.schedule.templates import template_names
+from solvers import solver_names
 from tests.layersched.strategies import any_stage_fields
 from tests.paths import DATA, PROBLEMS
 
@@ -488,10 +489,9 @@ def test_fuzz_problem_files_exit_0_or_2_without_traceback(tmp_path, capsys, path
     _solve_exits_0_or_2(tmp_path, capsys, f)
 
 
-SOLVER_NAMES = ("list", "heft", "cpop", "fcp", "peft", "cpsat", "lns", "ils", "best")
 HOW = [
     *(["--schedule", name] for name in template_names()),
-    *(["--solver", s, "--time-limit", "0.5"] for s in SOLVER_NAMES),
+    *(["--solver", name, "--time-limit", "0.5"] for name in solver_names()),
 ]
 
 

@@ -120,14 +120,26 @@ def _run_world(world: int) -> dict[str, list]:
 
 
 @functools.cache
-def _reference(model: str, microbatches: int):
-    return train_reference(model, microbatches, steps=STEPS, lr=LR, momentum=MOMENTUM)
+def _reference(model: str, microbatches: int, **options):
+    return train_reference(model, microbatches, steps=STEPS, lr=LR, momentum=MOMENTUM, model_options=options)
 
 
 @functools.cache
-def _initial(model: str) -> dict:
-    layers = load_workload(model).layers
+def _initial(model: str, **options) -> dict:
+    layers = load_workload(model, **options).layers
     return {f"{n}.{k}": v.detach().clone() for n, m in layers for k, v in m.named_parameters()}
+
+
+def _assert_updates_equal(params: dict, ref: dict, init: dict, label: str) -> None:
+    """Each parameter's update in ``params`` equals the single-process reference's (rtol 1e-5)."""
+    for name, value in params.items():
+        torch.testing.assert_close(
+            value - init[name],
+            ref[name] - init[name],
+            rtol=1e-5,
+            atol=1e-12,
+            msg=lambda m, name=name: f"{label}: update of {name}: {m}",
+        )
 
 
 @pytest.mark.parametrize(
@@ -145,14 +157,7 @@ def test_run_equals_single_process_reference(case):
     assert sorted(by_replica[0]) == sorted(ref)
     assert sum(len(r.params) for r in results if r.replica == 0) == len(ref)
     for params in by_replica:
-        for name, value in params.items():
-            torch.testing.assert_close(
-                value - init[name],
-                ref[name] - init[name],
-                rtol=1e-5,
-                atol=1e-12,
-                msg=lambda m, name=name: f"{case.id}: update of {name}: {m}",
-            )
+        _assert_updates_equal(params, ref, init, case.id)
     losses = [r.losses for r in results if r.losses is not None]
     assert len(losses) == p.data_parallel
     assert [sum(x) / len(x) for x in zip(*losses, strict=True)] == pytest.approx(ref_losses, rel=1e-9)
@@ -198,16 +203,13 @@ def test_random_pipelines_placements_and_solvers_run_as_the_reference(jobs):
             )
             break
     assume(by_world)
-    init = {f"{n}.{k}": v.detach().clone() for n, m in load_workload(model, **options).layers
-            for k, v in m.named_parameters()}  # fmt: skip
+    init = _initial(model, **options)
     for cfgs in by_world.values():
         for cfg, results in zip(cfgs, launch_jobs(cfgs, timeout=600), strict=True):
-            ref, _ = train_reference(model, cfg.schedule.pipeline.num_microbatches, steps=STEPS, lr=LR,
-                                     momentum=MOMENTUM, model_options=options)  # fmt: skip
+            ref, _ = _reference(model, cfg.schedule.pipeline.num_microbatches, **options)
             got = {k: v for r in results for k, v in r.params.items()}
             assert sorted(got) == sorted(ref)
-            for name, value in got.items():
-                torch.testing.assert_close(value - init[name], ref[name] - init[name], rtol=1e-5, atol=1e-12)
+            _assert_updates_equal(got, ref, init, f"{cfg.schedule.method} on {cfg.world_size} ranks")
 
 
 def test_trace_and_compare_of_a_run(tmp_path):
