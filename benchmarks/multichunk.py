@@ -24,13 +24,14 @@ tuned): the interleaved row at p=6 (m=18), p=10 (m=20), with two stages per rank
 p=12 (m=24), and at p=6 under 14 stage activations per rank; the V row at p=6 (m=18), p=10 (m=40)
 and p=12 under 16 stage activations; and `uneven_row`, stages of unequal cost. ``--rows fresh`` runs
 eight more, first run in session 54 (`fresh_rows`). ``--rows random`` draws ``--count`` rows of the
-same two kinds at random (`random_rows`, ``--seed``): a check on rows nobody chose.
+same two kinds at random (`random_rows`, ``--seed``): a check on rows nobody chose. ``--rows uneven``
+runs `uneven_row` and four more re-cuts with the same unequal first and last stage (`uneven_rows`).
 
 After the tables a line says on how many rows `best` (its longest run) is at or below the best peer
 that fits (`beats_peers`), and one on how many meet the issue's proven-gap target for their rank
 count (`target_line`: at most 1% for p <= 8, 2% for p = 16).
 
-Usage: python benchmarks/multichunk.py [--runs 3] [--time-limit 60] [--rows issue|more|unseen|fresh|random]
+Usage: python benchmarks/multichunk.py [--runs 3] [--time-limit 60] [--rows issue|more|unseen|fresh|random|uneven]
        [--seed 0] [--count 12]
 (the issue's rows: about 20 minutes on 2 cores at the defaults)
 """
@@ -117,10 +118,13 @@ UNEVEN = {0: (1.4, 1.2, 1.0), -1: (1.3, 1.5, 1.2)}
 first stage also embeds, the last computes the head and the loss)."""
 
 
-def uneven_row(tmp: Path) -> Path:
-    """The interleaved row re-cut to p=4, m=16, two stages per rank (1F1B's memory), with the first and
-    the last stage slower by `UNEVEN`: the last rank is the bottleneck, and no template is made for it."""
-    path = recut(tmp, "zb-interleaved-1.5b", 4, 16, stages_per_rank=2)
+def uneven_row(
+    tmp: Path, ranks: int = 4, microbatches: int = 16, activations: int | None = None, stages_per_rank: int = 2
+) -> Path:
+    """The interleaved row re-cut (`recut`; by default to p=4, m=16, two stages per rank, 1F1B's memory)
+    with the first and the last stage slower by `UNEVEN`: the last rank is the bottleneck, and no
+    template is made for it."""
+    path = recut(tmp, "zb-interleaved-1.5b", ranks, microbatches, activations, stages_per_rank=stages_per_rank)
     doc = yaml.safe_load(path.read_text())
     p = doc["pipeline"]
     for key, k in (("forward", 0), ("backward_input", 1), ("backward_weight", 2)):
@@ -131,6 +135,19 @@ def uneven_row(tmp: Path) -> Path:
     doc["name"] += "-uneven"
     doc["description"] += ", the first and the last stage slower"
     return _write(tmp, doc)
+
+
+def uneven_rows(tmp: Path) -> list[Path]:
+    """Rows of stages of unequal cost, as real models have them (``--rows uneven``): `uneven_row`, and
+    since session 78 the same re-cut at p=3 (m=12, two stages per rank, 8 stage activations), p=4 (m=8
+    and m=12 under 9, three stages per rank) and p=5 (m=10, two)."""
+    return [
+        uneven_row(tmp),
+        uneven_row(tmp, 3, 12, 8),
+        uneven_row(tmp, 4, 8, stages_per_rank=3),
+        uneven_row(tmp, 5, 10),
+        uneven_row(tmp, 4, 12, 9, stages_per_rank=3),
+    ]
 
 
 def unseen_rows(tmp: Path) -> list[Path]:
@@ -294,11 +311,12 @@ def main() -> None:
     )
     ap.add_argument(
         "--rows",
-        choices=("issue", "more", "unseen", "fresh", "random"),
+        choices=("issue", "more", "unseen", "fresh", "random", "uneven"),
         default="issue",
         help="issue: the rows the optimizer issue names and their re-cuts; more, unseen: rows of the same kinds never "
         "tuned on (unseen: first run in session 28, one with stages of unequal cost; fresh: first run in session 54); "
-        "random: --count rows of those kinds drawn with --seed",
+        "random: --count rows of those kinds drawn with --seed; uneven: the interleaved row re-cut five ways with "
+        "its first and last stage slower",
     )
     ap.add_argument("--seed", type=int, default=0, help="--rows random: the seed the rows are drawn with (default 0)")
     ap.add_argument("--count", type=positive_int, default=12, help="--rows random: how many rows (default 12)")
@@ -318,6 +336,7 @@ def main() -> None:
         "unseen": unseen_rows,
         "fresh": fresh_rows,
         "random": lambda tmp: random_rows(tmp, args.seed, args.count),
+        "uneven": uneven_rows,
     }[args.rows]
     verdicts, gaps = [], []
     with tempfile.TemporaryDirectory() as tmp:

@@ -166,3 +166,38 @@ def test_tail_windows_widen_from_the_start_and_each_bound_holds(bench, tmp_path)
     for r in rows:
         assert bound <= r["bound"] <= r["found"] <= r["start"]
         assert not r["proven"] or r["bound"] == r["found"]
+
+
+def test_the_uneven_rows_differ_from_their_even_recuts_only_at_their_ends(bench, tmp_path):
+    """multichunk.py's ``--rows uneven``: five rows under names of their own, each its even re-cut
+    (same ranks, micro-batches, stages per rank, limit and links) with only the first and the last
+    stage's F, I and W scaled by ``UNEVEN``."""
+    import multichunk
+
+    paths = multichunk.uneven_rows(tmp_path)
+    assert len({p.stem for p in paths}) == len(paths) == 5 and all(p.stem.endswith("-uneven") for p in paths)
+    for path in paths:
+        uneven = pipeline_from_spec(load_problem(path))
+        name = path.stem.removesuffix("-uneven")
+        doc_even = tmp_path / "even"
+        doc_even.mkdir(exist_ok=True)
+        held = int(name.split("-a")[1].split("-")[0]) if "-a" in name else None
+        even = pipeline_from_spec(
+            load_problem(
+                multichunk.recut(
+                    doc_even,
+                    "zb-interleaved-1.5b",
+                    uneven.num_ranks,
+                    uneven.num_microbatches,
+                    held,
+                    stages_per_rank=uneven.stages_per_rank,
+                )
+            )
+        )
+        assert uneven.capacity == even.capacity and (uneven.transfer == even.transfer).all()
+        for k, times in enumerate(("forward", "backward_input", "backward_weight")):
+            got, base = getattr(uneven, times), getattr(even, times)
+            expected = base.copy()
+            for stage, factors in multichunk.UNEVEN.items():
+                expected[stage] = int(base[stage] * factors[k])
+            assert got.tolist() == expected.tolist(), (path.stem, times)
