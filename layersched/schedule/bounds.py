@@ -124,6 +124,24 @@ stage of ``k`` it is shortest from (a stage with none of ``q``'s below it gives 
 pair). With one stage per rank under Zero Bubble's 2p limit, through the last rank, it equals the
 ZB-2p schedule of the 1.5B setting: that schedule's 4.33% bubble is the least there is.
 
+**The first rank and the last together** (any limit; the strong one where the first stage is slower
+than the others, as an embedding is, and the last stage's rank holds other stages too). Let ``y`` be
+the time from the first pass of stage 0's rank ``q`` to the first ``F`` of the last stage, on rank
+``k``. No ``I`` on ``q`` starts before ``y`` plus the chain from that ``F`` to the ``I`` of ``q``'s
+last stage, so ``q``'s warm-up window is at least that long, and its idle there (as in the warm-up
+bound) grows with ``y``. Before that ``F``, ``k`` runs only forwards of its other stages (each of its
+other passes waits for an ``F`` of the last stage), from its first pass, which lies at least the
+forward chain from ``k``'s lowest stage to the last before that ``F``. The ``i``-th forward (from 0)
+of a stage ``s`` comes ``i`` times the slowest forward of ``s`` and the stages below it after the
+first (the ``i + 1`` forwards of each such stage run one at a time on their rank), and that first
+comes the chain from stage 0 after ``q``'s first pass. What is released by a time is all ``k`` can have run by then, and
+no more than the limit's worth runs before ``k``'s first ``I``: the idle this leaves on ``k`` shrinks
+as ``y`` grows. Each rank's cool-down is added as in the warm-up bound. Both spans hold at the same
+``y``, so the bound is the least over ``y`` of the larger: the last rank either waits for the slow
+first stage's forwards or starts late and makes the first rank wait. On the 1.5B interleaved row at
+p=5, m=10, two stages per rank, with its first and last stage slower (``benchmarks/multichunk.py
+--rows uneven``): 1,096,730 where the others prove 1,083,560 (1.2% more).
+
 Example
 -------
 >>> from layersched.describe.config import ProblemSpec
@@ -138,6 +156,7 @@ Example
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from itertools import product
 
 import numpy as np
@@ -225,6 +244,7 @@ def pipeline_bounds(pipe: Pipeline, stage_to_rank: list[int], objective: str) ->
     cap = np.inf if pipe.capacity is None else float(pipe.capacity)
     mf, mw = pipe.mem_forward.tolist(), pipe.mem_freed_by_weight.tolist()
     best_span, best_makespan = 0, 0
+    per_rank: dict[int, tuple[int, list[tuple[int, int, int]], int, bool]] = {}  # work, items, cool, disjoint
     for q in range(R):
         mine = [s for s in range(S) if rank[s] == q]
         if not mine:
@@ -254,6 +274,7 @@ def pipeline_bounds(pipe: Pipeline, stage_to_rank: list[int], objective: str) ->
         # them): when they and all m of stage a's do not fit together, the last F(a) comes after it
         disjoint = cap != np.inf and m * mf[a] + sum(mf[s] for s in mine if s != a) > cap
         idle = warm + cool if disjoint else max(warm, cool)
+        per_rank[q] = (work, items, cool, disjoint)
         head = int(down[a])
         best_span = max(best_span, work + idle)
         best_makespan = max(best_makespan, head + work + idle)
@@ -264,6 +285,9 @@ def pipeline_bounds(pipe: Pipeline, stage_to_rank: list[int], objective: str) ->
     through = _through(rank, m, F, I, W, c, down, objective)
     if through:
         out["through_rank"] = through
+    waits = _first_waits_on_last(rank, m, F, down, chain, cap, mf, per_rank)
+    if waits is not None:
+        out["first_and_last"] = _least_of_both(*waits)
     if cap != np.inf:
         relay = _relay(rank, m, F, I, W, mf, mw, int(cap), chain, down, objective)
         if relay:
@@ -277,6 +301,77 @@ def pipeline_bounds(pipe: Pipeline, stage_to_rank: list[int], objective: str) ->
         if apart:
             out["held_apart"] = apart
     return out
+
+
+def _first_waits_on_last(
+    rank: list[int],
+    m: int,
+    F,
+    down,
+    chain,
+    cap: float,
+    mf: list[int],
+    per_rank: dict[int, tuple[int, list[tuple[int, int, int]], int, bool]],
+) -> tuple[int, int, Callable[[int], int], Callable[[int], int]] | None:
+    """The first and the last rank together (see the module text): ``(lo, hi, first, last)``, where for
+    ``y``, the time from the first rank's first pass to the first ``F`` of the last stage (at least
+    ``lo``), ``first(y)`` is at most the first rank's span and ``last(y)`` at most the last stage's
+    rank's (constant from ``hi`` on). None where they are one rank, or the last stage's rank holds no other stage."""
+    S = len(rank)
+    q, k = rank[0], rank[S - 1]
+    theirs = [s for s in range(S) if rank[s] == k and s != S - 1]  # forwards k may run before its first F(S-1)
+    if q == k or not theirs:
+        return None
+    z = max(s for s in range(S) if rank[s] == q)
+    work_q, items_q, cool_q, disjoint_q = per_rank[q]
+    work_k, _, cool_k, disjoint_k = per_rank[k]
+    turn = chain(S - 1, z)  # from an F(S-1)'s start to the start of its I(z)
+    delta = int(down[S - 1] - down[theirs[0]])  # from k's first pass to its first F(S-1), at least
+    # the i-th earliest F(s) (from 0) of k's stage s comes i forwards of s and of every stage below it
+    # after the first, one at a time on that stage's rank: at offset + i * step from q's first pass
+    offset = np.array([int(down[s]) for s in theirs], dtype=np.int64)
+    step = np.array([int(max(F[t] for t in range(s + 1))) for s in theirs], dtype=np.int64)
+    length = np.array([int(F[s]) for s in theirs], dtype=np.int64)
+    # before k's first I nothing is freed there, so at most the limit's worth of forwards run
+    most = _most_work([(int(F[s]), m, mf[s]) for s in theirs], cap)
+    releases = np.unique((offset[:, None] + np.arange(m)[None, :] * step[:, None]).ravel())
+
+    def both(idle: int, cool: int, disjoint: bool) -> int:
+        return idle + cool if disjoint else max(idle, cool)
+
+    def first(y: int) -> int:
+        window = y + turn
+        warm = max(0, window - int(np.floor(_warm_work(window, items_q, cap, m))))
+        return work_q + both(warm, cool_q, disjoint_q)
+
+    def last(y: int) -> int:
+        start = y - delta  # k's first pass, at the latest
+        cuts = np.append(releases[(releases > start) & (releases <= y)], y)
+        ahead = np.maximum(cuts[:, None] - offset[None, :], 0)  # released before the cut: i * step < ahead
+        counts = np.where(step[None, :] > 0, -(-ahead // np.maximum(step, 1)[None, :]), np.where(ahead > 0, m, 0))
+        done = np.minimum((np.minimum(counts, m) * length[None, :]).sum(axis=1), most)
+        idle = max(0.0, float(np.max(cuts - start - done)))
+        return work_k + both(int(np.ceil(idle)), cool_k, disjoint_k)
+
+    lo = int(down[S - 1])  # every F(S-1) comes the forward chain after its F(0), on the first rank
+    return lo, max(lo, int(releases.max()) + delta + 1), first, last
+
+
+def _least_of_both(lo: int, hi: int, first: Callable[[int], int], last: Callable[[int], int]) -> int:
+    """The least over ``y >= lo`` of the larger of ``first(y)`` (never falling as ``y`` grows) and
+    ``last(y)`` (never rising, and constant from ``hi`` on), found by bisection."""
+    if first(lo) >= last(lo):
+        return first(lo)
+    if first(hi) < last(hi):  # from hi on the larger is at least last(hi), and before it too
+        return last(hi)
+    low, high = lo, hi  # first(low) < last(low), first(high) >= last(high)
+    while high - low > 1:
+        mid = (low + high) // 2
+        if first(mid) >= last(mid):
+            high = mid
+        else:
+            low = mid
+    return min(first(high), last(high - 1))
 
 
 def _down_to(c: list[int], I, W, s: int, b: int) -> int:
