@@ -134,13 +134,13 @@ other passes waits for an ``F`` of the last stage), from its first pass, which l
 forward chain from ``k``'s lowest stage to the last before that ``F``. The ``i``-th forward (from 0)
 of a stage ``s`` comes ``i`` times the slowest forward of ``s`` and the stages below it after the
 first (the ``i + 1`` forwards of each such stage run one at a time on their rank), and that first
-comes the chain from stage 0 after ``q``'s first pass. What is released by a time is all ``k`` can have run by then, and
-no more than the limit's worth runs before ``k``'s first ``I``: the idle this leaves on ``k`` shrinks
-as ``y`` grows. Each rank's cool-down is added as in the warm-up bound. Both spans hold at the same
-``y``, so the bound is the least over ``y`` of the larger: the last rank either waits for the slow
-first stage's forwards or starts late and makes the first rank wait. On the 1.5B interleaved row at
-p=5, m=10, two stages per rank, with its first and last stage slower (``benchmarks/multichunk.py
---rows uneven``): 1,096,730 where the others prove 1,083,560 (1.2% more).
+comes the chain from stage 0 after ``q``'s first pass. What is released by a time is all ``k`` can
+have run by then, and no more than the limit's worth runs before ``k``'s first ``I``: the idle this
+leaves on ``k`` shrinks as ``y`` grows. Each rank's cool-down is added as in the warm-up bound. Both
+spans hold at the same ``y``, so the bound is the least over ``y`` of the larger: the last rank either
+waits for the slow first stage's forwards or starts late and makes the first rank wait. On the 1.5B
+interleaved row at p=5, m=10, two stages per rank, with its first and last stage slower
+(``benchmarks/multichunk.py --rows uneven``): 1,096,730 where the others prove 1,083,560 (1.2% more).
 
 Example
 -------
@@ -316,7 +316,8 @@ def _first_waits_on_last(
     """The first and the last rank together (see the module text): ``(lo, hi, first, last)``, where for
     ``y``, the time from the first rank's first pass to the first ``F`` of the last stage (at least
     ``lo``), ``first(y)`` is at most the first rank's span and ``last(y)`` at most the last stage's
-    rank's (constant from ``hi`` on). None where they are one rank, or the last stage's rank holds no other stage."""
+    rank's (constant from ``hi`` on). None where they are one rank, or the last stage's rank holds no
+    other stage."""
     S = len(rank)
     q, k = rank[0], rank[S - 1]
     theirs = [s for s in range(S) if rank[s] == k and s != S - 1]  # forwards k may run before its first F(S-1)

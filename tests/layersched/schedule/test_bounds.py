@@ -464,11 +464,11 @@ def _span_and_first(sol, r: int) -> tuple[int, int]:
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(pipe=slow_ended_pipelines())
 def test_first_and_last_holds_at_each_schedules_own_time(pipe):
-    """Both halves of the first-and-last bound, checked on every template's schedule and list
+    """Both parts of the first-and-last bound, checked on every template's schedule and list
     scheduling's (both backward modes) at that schedule's own ``y`` (from stage 0's rank's first pass
     to the first ``F`` of the last stage): the first part at most stage 0's rank's span, the second at
-    most the last stage's rank's; and the bound at most every schedule's value. (Session 78 also ran
-    600 cases with CP-SAT's schedules: none broke them.)"""
+    most the last stage's rank's; and the bound at most every schedule's value. (Session 78 also checked
+    6,025 schedules of 1,100 such pipelines, CP-SAT's among them: none broke them.)"""
     from unittest import mock
 
     from layersched.schedule import bounds
