@@ -84,15 +84,7 @@ def test_the_unseen_rows_load_and_the_uneven_one_differs_only_at_its_ends(bench,
     uneven = pipes["zb-interleaved-1.5b-p4-m16-v2-uneven"]
     even = pipes["zb-interleaved-1.5b-p4-m16-v2"]
     assert uneven.num_ranks == 4 and uneven.num_microbatches == 16 and uneven.stages_per_rank == 2
-    assert uneven.capacity == even.capacity and (uneven.transfer == even.transfer).all()
-    for k, times in enumerate(("forward", "backward_input", "backward_weight")):
-        got, base = getattr(uneven, times), getattr(even, times)
-        expected = base.copy()
-        for stage, factors in multichunk.UNEVEN.items():
-            expected[stage] = int(base[stage] * factors[k])
-        assert got.tolist() == expected.tolist(), times
-        assert (got[1:-1] == base[1:-1]).all()
-    assert uneven.forward[0] > even.forward[0] and uneven.backward_input[-1] > even.backward_input[-1]
+    _assert_scaled_at_the_ends(multichunk.UNEVEN, uneven, even)
 
 
 def test_with_order_keeps_exactly_the_schedules_that_run_the_order(bench):
@@ -176,28 +168,24 @@ def test_the_uneven_rows_differ_from_their_even_recuts_only_at_their_ends(bench,
 
     paths = multichunk.uneven_rows(tmp_path)
     assert len({p.stem for p in paths}) == len(paths) == 5 and all(p.stem.endswith("-uneven") for p in paths)
+    (tmp_path / "even").mkdir()
     for path in paths:
         uneven = pipeline_from_spec(load_problem(path))
-        name = path.stem.removesuffix("-uneven")
-        doc_even = tmp_path / "even"
-        doc_even.mkdir(exist_ok=True)
-        held = int(name.split("-a")[1].split("-")[0]) if "-a" in name else None
-        even = pipeline_from_spec(
-            load_problem(
-                multichunk.recut(
-                    doc_even,
-                    "zb-interleaved-1.5b",
-                    uneven.num_ranks,
-                    uneven.num_microbatches,
-                    held,
-                    stages_per_rank=uneven.stages_per_rank,
-                )
-            )
-        )
-        assert uneven.capacity == even.capacity and (uneven.transfer == even.transfer).all()
-        for k, times in enumerate(("forward", "backward_input", "backward_weight")):
-            got, base = getattr(uneven, times), getattr(even, times)
-            expected = base.copy()
-            for stage, factors in multichunk.UNEVEN.items():
-                expected[stage] = int(base[stage] * factors[k])
-            assert got.tolist() == expected.tolist(), (path.stem, times)
+        held = int(uneven.capacity // uneven.mem_forward[0])  # stage activations per rank
+        p, m, v = uneven.num_ranks, uneven.num_microbatches, uneven.stages_per_rank
+        even = multichunk.recut(tmp_path / "even", "zb-interleaved-1.5b", p, m, held, stages_per_rank=v)
+        _assert_scaled_at_the_ends(multichunk.UNEVEN, uneven, pipeline_from_spec(load_problem(even)))
+
+
+def _assert_scaled_at_the_ends(factors_of: dict, uneven, even) -> None:
+    """``uneven`` is ``even`` with the F, I and W times of the stages ``factors_of`` names scaled by
+    their factors, and nothing else changed."""
+    assert uneven.capacity == even.capacity and (uneven.transfer == even.transfer).all()
+    for k, times in enumerate(("forward", "backward_input", "backward_weight")):
+        got, base = getattr(uneven, times), getattr(even, times)
+        expected = base.copy()
+        for stage, factors in factors_of.items():
+            expected[stage] = int(base[stage] * factors[k])
+        assert got.tolist() == expected.tolist(), times
+        assert (got[1:-1] == base[1:-1]).all()
+    assert uneven.forward[0] > even.forward[0] and uneven.backward_input[-1] > even.backward_input[-1]
