@@ -273,7 +273,7 @@ def pipeline_bounds(pipe: Pipeline, stage_to_rank: list[int], objective: str) ->
         # before q's first I, one micro-batch's forwards of all of q's stages are held (that I needs
         # them): when they and all m of stage a's do not fit together, the last F(a) comes after it
         disjoint = cap != np.inf and m * mf[a] + sum(mf[s] for s in mine if s != a) > cap
-        idle = warm + cool if disjoint else max(warm, cool)
+        idle = _with_cool(warm, cool, disjoint)
         per_rank[q] = (work, items, cool, disjoint)
         head = int(down[a])
         best_span = max(best_span, work + idle)
@@ -301,6 +301,12 @@ def pipeline_bounds(pipe: Pipeline, stage_to_rank: list[int], objective: str) ->
         if apart:
             out["held_apart"] = apart
     return out
+
+
+def _with_cool(warm: int, cool: int, disjoint: bool) -> int:
+    """A rank's idle from its warm-up idle and its cool-down idle: their sum where the warm-up window
+    and the cool-down cannot overlap (``disjoint``, see the module text), else the larger."""
+    return warm + cool if disjoint else max(warm, cool)
 
 
 def _first_waits_on_last(
@@ -337,13 +343,10 @@ def _first_waits_on_last(
     most = _most_work([(int(F[s]), m, mf[s]) for s in theirs], cap)
     releases = np.unique((offset[:, None] + np.arange(m)[None, :] * step[:, None]).ravel())
 
-    def both(idle: int, cool: int, disjoint: bool) -> int:
-        return idle + cool if disjoint else max(idle, cool)
-
     def first(y: int) -> int:
         window = y + turn
         warm = max(0, window - int(np.floor(_warm_work(window, items_q, cap, m))))
-        return work_q + both(warm, cool_q, disjoint_q)
+        return work_q + _with_cool(warm, cool_q, disjoint_q)
 
     def last(y: int) -> int:
         start = y - delta  # k's first pass, at the latest
@@ -352,7 +355,7 @@ def _first_waits_on_last(
         counts = np.where(step[None, :] > 0, -(-ahead // np.maximum(step, 1)[None, :]), np.where(ahead > 0, m, 0))
         done = np.minimum((np.minimum(counts, m) * length[None, :]).sum(axis=1), most)
         idle = max(0.0, float(np.max(cuts - start - done)))
-        return work_k + both(int(np.ceil(idle)), cool_k, disjoint_k)
+        return work_k + _with_cool(int(np.ceil(idle)), cool_k, disjoint_k)
 
     lo = int(down[S - 1])  # every F(S-1) comes the forward chain after its F(0), on the first rank
     return lo, max(lo, int(releases.max()) + delta + 1), first, last
