@@ -36,7 +36,15 @@ the fourth at 1.67%: with every rank's passes before its 4th-last forward where 
 nothing is shorter. The fifth window's bound is the row's, and CP-SAT finds nothing in it in 120 s
 (docs/measurements.md, session 45).
 
-Usage: python benchmarks/rank_relaxation.py [--rows 4,6,8] [--keep 0 --keep 0,-1] [--time-limit 120]
+``--row FILE`` relaxes any row (a problem file with a pipeline, e.g. one that `benchmarks/multichunk.py`
+writes) instead of the interleaved rows: the search starts from the best of the templates that fit it
+(`best_template`), since torch's order needs m to be a multiple of the ranks. On a memory-tight row
+whose gap grows with m (interleaved p=5, m=8, two stages per rank, under 7 activations, transfer
+2704) rank 0 alone, and ranks 0 and 4, come within 0.24-0.28% of the bound, where `best` stops 1.66%
+above it; on the uneven p=5, m=10 row ranks 0 and 4 end at 3.2-3.8%, no lower than `best` on the
+whole row (docs/measurements.md, session 79).
+
+Usage: python benchmarks/rank_relaxation.py [--rows 4,6,8 | --row FILE ...] [--keep 0 --keep 0,-1] [--time-limit 120]
        python benchmarks/rank_relaxation.py --complete FILE [--complete torch:6 ...] [--time-limit 30]
        python benchmarks/rank_relaxation.py --held FILE [--first 49] [--window 30] [--stride 15]
                                             [--step 3] [--rounds 1] [--out FILE]
@@ -60,13 +68,13 @@ from rich.console import Console
 from rich.table import Table
 
 from layersched.cli.options import positive_float
-from layersched.describe.config import load_problem
+from layersched.describe.config import SpecError, load_problem
 from layersched.describe.stages import pipeline_from_spec
 from layersched.formats.export import check_output, write_text
 from layersched.schedule.bounds import pipeline_bounds
 from layersched.schedule.graph import compute_orders
 from layersched.schedule.solve import complete_orders, task_graph
-from layersched.schedule.templates import template_orders
+from layersched.schedule.templates import template_names, template_orders
 from solvers import Problem, Schedule
 from solvers.listsched import list_schedule
 from solvers.lns import improve_coarse
@@ -149,6 +157,23 @@ def complete(tasks, actions: list[str], time_limit: float, bound: int) -> tuple[
     return start.schedule, found
 
 
+def best_template(pipe, tasks) -> tuple[str, Schedule]:
+    """The template of the least span among those that fit ``pipe`` (memory included), timed on
+    ``tasks``' graph at its earliest starts: its name and schedule. ValueError where none fits."""
+    problem, found = tasks.problem, []
+    for name in template_names():
+        try:
+            timed = time_orders(problem, complete_orders(tasks, template_orders(name, pipe)))
+        except (ValueError, KeyError):  # the template does not apply to this row, or deadlocks on it
+            continue
+        if not violations(problem, timed, limit=1):
+            found.append((int(timed.objective(problem, "span")), name, timed))
+    if not found:
+        raise ValueError("no template fits this row (its memory limit, or its micro-batches)")
+    _, name, timed = min(found, key=lambda f: f[:2])
+    return name, timed
+
+
 def rank_order(tasks, schedule: Schedule, rank: int = 0) -> list[int]:
     """The compute passes of ``rank`` in ``schedule``, in start order (`compute_orders`)."""
     return compute_orders(tasks.problem, schedule, rank + 1)[rank]
@@ -229,6 +254,22 @@ def _row(tmp: str, p: int):
     pipe = pipeline_from_spec(load_problem(recut(Path(tmp), "zb-interleaved-1.5b", p, MICROBATCHES[p])))
     rank = pipe.stage_to_rank()
     return pipe, task_graph(pipe, True, rank), max(pipeline_bounds(pipe, rank, "span").values())
+
+
+def _file_row(path: Path):
+    """``--row FILE``: the row of a problem file with a pipeline, split backward, at its placement: its
+    label (the file's name), pipeline, task graph and proven bound on the span; else one line naming
+    the file."""
+    if not path.is_file():
+        raise SystemExit(f"--row {path}: no such file")
+    try:
+        pipe = pipeline_from_spec(load_problem(path))
+    except SpecError as e:  # its message names the file
+        raise SystemExit(f"--row {e}") from None
+    except ValueError as e:  # not a stage-level pipeline, say
+        raise SystemExit(f"--row {path}: {e}") from None
+    rank = pipe.stage_to_rank()
+    return path.stem, pipe, task_graph(pipe, True, rank), max(pipeline_bounds(pipe, rank, "span").values())
 
 
 def _ints(text: str) -> list[int]:
@@ -393,6 +434,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=_ints, default=[4, 6, 8], help="interleaved rows by rank count, of 4, 6, 8, 16")
     ap.add_argument(
+        "--row",
+        metavar="FILE",
+        type=Path,
+        action="append",
+        help="instead of --rows: a problem file with a pipeline (any row), searched from the best template "
+        "that fits it (`best_template`); repeatable",
+    )
+    ap.add_argument(
         "--keep",
         type=_ints,
         action="append",
@@ -430,7 +479,7 @@ def main() -> None:
     ap.add_argument("--step", type=positive_float, default=3.0, help="--held: seconds per window (default 3)")
     ap.add_argument("--out", type=Path, help="--held: write the orders found there (JSON, per-rank 'actions')")
     args = ap.parse_args()
-    console = Console()
+    console = Console(width=160)  # whole rows also when written to a file
     if args.held:
         for name in ("window", "stride", "rounds"):
             if getattr(args, name) < 1:
@@ -453,38 +502,46 @@ def main() -> None:
         _tails(args.tails, args, console)
         return
     sets = args.keep or [[0]]
-    table = Table(
-        title=f"1.5B interleaved rows relaxed to a few ranks: improve_coarse {args.time_limit:g} s from torch's order"
-    )
-    for col in ("row", "kept", "our bound", "span found", "torch's order", "found / bound"):
+    given_rows = [_file_row(path) for path in args.row or []]  # every file checked before any search
+    start_from = "the best template" if given_rows else "torch's order"
+    table = Table(title=f"rows relaxed to a few ranks: improve_coarse {args.time_limit:g} s from {start_from}")
+    for col in ("row", "kept", "our bound", "span found", start_from, "found / bound"):
         table.add_column(col, justify="right" if col != "row" else "left")
     with tempfile.TemporaryDirectory() as tmp:
-        for p in args.rows:
+        for p in [] if given_rows else args.rows:
             if p not in MICROBATCHES:
                 raise SystemExit(f"--rows: {p} is not one of the rows ({', '.join(map(str, MICROBATCHES))})")
-            pipe, tasks, bound = _row(tmp, p)
-            problem = tasks.problem
-            torch = time_orders(problem, complete_orders(tasks, template_orders("interleaved-zb", pipe)))
+        rows = given_rows or [(f"p={p}, m={MICROBATCHES[p]}", *_row(tmp, p)) for p in args.rows]
+        for label, pipe, tasks, bound in rows:
+            problem, p = tasks.problem, pipe.num_ranks
+            if given_rows:
+                try:
+                    name, origin = best_template(pipe, tasks)
+                except ValueError as e:
+                    raise SystemExit(f"--row {label}: {e}") from None
+                label = f"{label} ({name})"
+            else:
+                origin = time_orders(problem, complete_orders(tasks, template_orders("interleaved-zb", pipe)))
             for given in sets:
                 if not all(-p <= q < p for q in given):
                     raise SystemExit(f"--keep {given}: the p={p} row has ranks 0-{p - 1} (or -1 to -{p})")
                 keep = sorted({q % p for q in given})
                 relaxed, proc = relaxation(problem, keep)
-                start = time_orders(relaxed, Schedule(processor=proc, start=torch.start).orders(relaxed))
+                start = time_orders(relaxed, Schedule(processor=proc, start=origin.start).orders(relaxed))
                 t0 = time.perf_counter()
                 found, _ = improve_coarse(relaxed, start, objective="span", time_limit=args.time_limit, bound=bound)
                 if violations(relaxed, found, limit=1):  # improve_coarse keeps valid schedules only
-                    raise SystemExit(f"p={p}, ranks {keep}: the schedule found is not valid")
+                    raise SystemExit(f"{label}, ranks {keep}: the schedule found is not valid")
                 span = int(found.spans(relaxed)[: len(keep)].max())  # the kept ranks are processors 0 .. len(keep)-1
                 table.add_row(
-                    f"p={p}, m={MICROBATCHES[p]}",
+                    label,
                     ",".join(map(str, keep)),
                     f"{bound:,}",
                     f"{span:,}",
-                    f"{int(torch.spans(problem)[keep].max()):,}",
+                    f"{int(origin.spans(problem)[keep].max()):,}",
                     f"{span / bound:.4f}",
                 )
-                console.print(f"p={p}, ranks {keep}: {span:,} against {bound:,} ({time.perf_counter() - t0:.0f} s)")
+                console.print(f"{label}, ranks {keep}: {span:,} against {bound:,} ({time.perf_counter() - t0:.0f} s)")
     console.print(table)
     console.print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
 

@@ -1,5 +1,7 @@
 """benchmarks/rank_relaxation.py: its relaxation keeps every schedule of the row, with the same spans."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -189,3 +191,36 @@ def _assert_scaled_at_the_ends(factors_of: dict, uneven, even) -> None:
         assert got.tolist() == expected.tolist(), times
         assert (got[1:-1] == base[1:-1]).all()
     assert uneven.forward[0] > even.forward[0] and uneven.backward_input[-1] > even.backward_input[-1]
+
+
+def test_best_template_is_the_least_span_of_the_templates_that_fit(bench, tmp_path):
+    """On a row no torch order fits (m=9 is no multiple of 4, and 9 activations are 3/4 of 1F1B's), it
+    returns a valid schedule at most every other template's that is valid there."""
+    pipe = pipeline_from_spec(load_problem(bench.recut(tmp_path, "zb-interleaved-1.5b", 4, 9, 9)))
+    tasks = task_graph(pipe, True, pipe.stage_to_rank())
+    problem = tasks.problem
+    name, found = bench.best_template(pipe, tasks)
+    assert not violations(problem, found, limit=1)
+    spans = {}
+    for other in bench.template_names():
+        try:
+            timed = time_orders(problem, complete_orders(tasks, template_orders(other, pipe)))
+        except (ValueError, KeyError):
+            continue
+        if not violations(problem, timed, limit=1):
+            spans[other] = int(timed.objective(problem, "span"))
+    assert "interleaved-zb" not in spans and len(spans) >= 2  # the row is one where the choice matters
+    assert spans[name] == found.objective(problem, "span") == min(spans.values())
+    tight = dataclasses.replace(pipe, capacity=int(pipe.mem_forward[0]))  # one activation: nothing fits
+    with pytest.raises(ValueError, match="no template fits"):
+        bench.best_template(tight, task_graph(tight, True, tight.stage_to_rank()))
+
+
+def test_a_row_file_that_is_missing_or_bad_is_one_line(bench, tmp_path, monkeypatch):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("pipeline: {stages: 0}\n")
+    for path, says in ((tmp_path / "none.yaml", "no such file"), (bad, "bad.yaml")):
+        monkeypatch.setattr("sys.argv", ["rank_relaxation.py", "--row", str(path)])
+        with pytest.raises(SystemExit, match=says) as e:
+            bench.main()
+        assert "\n" not in str(e.value)
