@@ -64,6 +64,7 @@ def cpsat(
     order_pairs: np.ndarray | None = None,
     expand_memory: bool | None = None,
     seed: int = 0,
+    at_most: int | None = None,
 ) -> Result:
     """Solve ``problem`` with CP-SAT within ``time_limit`` seconds.
 
@@ -99,6 +100,10 @@ def cpsat(
     seed : int
         CP-SAT's random seed, as `seed_solver` sets it (0: CP-SAT's own default). Another seed
         searches differently from the same start.
+    at_most : int, optional
+        Search only schedules whose objective is at most this. Status ``infeasible`` then proves that
+        none exists (the returned bound is ``at_most + 1``): a way to show how far a lower bound is
+        from the optimum. A hint above it is dropped, and none is made from the heuristics.
 
     With ``symmetry``, ``keep_processor`` or ``order_pairs`` the status and the bound refer to the
     problem so restricted.
@@ -130,10 +135,15 @@ def cpsat(
     why = infeasible_reason(problem, effective_allowed(problem))
     if why:
         return Result(None, "infeasible", None, bound, time.perf_counter() - t0, "cpsat", objective, {"reason": why})
-    if hint is None and keep_processor is None and order_pairs is None:
+    if at_most is not None and at_most < bound:
+        why = f"the lower bound {bound} is above {at_most}"
+        return Result(None, "infeasible", None, bound, time.perf_counter() - t0, "cpsat", objective, {"reason": why})
+    if hint is None and keep_processor is None and order_pairs is None and at_most is None:
         # start from the best list heuristic (within a quarter of the limit): never worse than it
         hint = best(problem, objective=objective, time_limit=max(0.01, time_limit / 4)).schedule
     hint_ok, hint_value, hint_note = _check_hint(problem, hint, objective)
+    if at_most is not None and hint_ok and hint_value > at_most:  # not a schedule of what is searched
+        hint, hint_ok, hint_value, hint_note = None, False, None, f"dropped: its value {hint_value} is above {at_most}"
     why = decline_reason(problem, time_limit)
     if why:  # refuse early: the search would not end in time
         info = {"reason": why, "not_run": True, "source": "hint" if hint_ok else "none"}
@@ -147,7 +157,8 @@ def cpsat(
     if bound > horizon and not hint_ok:  # a schedule with its gaps closed ends by the horizon: none exists
         why = f"the lower bound {bound} is past {horizon}, where a schedule with its gaps closed ends"
         return Result(None, "infeasible", None, bound, time.perf_counter() - t0, "cpsat", objective, {"reason": why})
-    model = _Model(problem, objective, bound, horizon, hint_value, keep_processor)
+    cap = hint_value if at_most is None else min(at_most, hint_value if hint_value is not None else at_most)
+    model = _Model(problem, objective, bound, horizon, cap, keep_processor)
     model.add_orders(symmetry, order_pairs)
     if hint is not None:
         model.add_hint(hint, hint_value)
@@ -186,6 +197,8 @@ def cpsat(
         bound = max(bound, math.ceil(solver.best_objective_bound - 1e-6))
     if value is None:
         status = "infeasible" if code == cp_model.INFEASIBLE else "unknown"
+        if code == cp_model.INFEASIBLE and at_most is not None:  # proven: every schedule is longer
+            bound = max(bound, int(at_most) + 1)
     else:
         bound = min(bound, value)
         status = "optimal" if bound >= value else "feasible"

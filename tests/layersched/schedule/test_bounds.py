@@ -540,3 +540,44 @@ def test_first_and_last_on_the_uneven_row_sees_the_last_rank_wait_for_the_slow_f
     assert torch.metrics["value"] >= bounds["first_and_last"]
     bounds = pipeline_bounds(even, even.stage_to_rank(), "span")
     assert bounds["first_and_last"] <= max(v for key, v in bounds.items() if key != "first_and_last")
+
+
+def test_cpsat_at_most_proves_that_no_schedule_is_that_short():
+    """Under half of 1F1B's memory (p=2, m=4, two stages per rank, 2 of 4 stage activations) the
+    optimum lies above our bound, and CP-SAT with ``at_most`` proves it: no schedule of span at most
+    27,000 over the bound exists (docs/measurements.md, session 79, where p=3 rows show the same). Every
+    schedule it finds under a cap is valid and within it, and a cap below a proven bound is answered
+    at once."""
+    from layersched.schedule.solve import complete_orders, task_graph
+    from layersched.schedule.templates import template_orders
+    from solvers.cpsat import cpsat
+    from solvers.simulate import time_orders
+
+    pipe = stage_pipeline(
+        stages=4,
+        stages_per_rank=2,
+        microbatches=4,
+        forward=18522,
+        backward_input=18086,
+        backward_weight=9337,
+        transfer=2704,
+        memory_forward=201216,
+        memory_freed_by_weight=73728,
+        memory_limit=2 * 201216,
+    )
+    rank = pipe.stage_to_rank()
+    tasks = task_graph(pipe, True, rank)
+    problem, chains = tasks.problem, symmetry_chains(tasks)
+    bound = max(pipeline_bounds(pipe, rank, "span").values())
+    none = cpsat(problem, objective="span", time_limit=30, at_most=bound + 27_000, symmetry=chains)
+    assert none.status == "infeasible" and none.schedule is None
+    assert none.lower_bound == bound + 27_001
+    hint = time_orders(problem, complete_orders(tasks, template_orders("paced-greedy", pipe)))
+    cap = hint.objective(problem, "span")
+    found = cpsat(problem, objective="span", time_limit=3, at_most=cap, hint=hint, symmetry=chains)
+    assert found.schedule is not None and found.objective <= cap
+    validate(problem, found.schedule)
+    below = cpsat(problem, objective="span", time_limit=30, at_most=bound - 1, known_bound=bound)
+    assert below.status == "infeasible" and "lower bound" in below.info["reason"]
+    dropped = cpsat(problem, objective="span", time_limit=3, at_most=cap - 1, hint=hint, symmetry=chains)
+    assert dropped.schedule is None or dropped.objective < cap  # the hint, above the cap, is never returned
