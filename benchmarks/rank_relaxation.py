@@ -73,9 +73,9 @@ from layersched.describe.stages import pipeline_from_spec
 from layersched.formats.export import check_output, write_text
 from layersched.schedule.bounds import pipeline_bounds
 from layersched.schedule.graph import compute_orders
-from layersched.schedule.solve import complete_orders, task_graph
-from layersched.schedule.templates import template_names, template_orders
-from solvers import Problem, Schedule
+from layersched.schedule.solve import complete_orders, solve_pipeline, task_graph
+from layersched.schedule.templates import TemplateError, template_names, template_orders
+from solvers import Deadlock, InvalidSchedule, Problem, Schedule
 from solvers.listsched import list_schedule
 from solvers.lns import improve_coarse
 from solvers.simulate import time_orders
@@ -158,20 +158,21 @@ def complete(tasks, actions: list[str], time_limit: float, bound: int) -> tuple[
 
 
 def best_template(pipe, tasks) -> tuple[str, Schedule]:
-    """The template of the least span among those that fit ``pipe`` (memory included), timed on
-    ``tasks``' graph at its earliest starts: its name and schedule. ValueError where none fits."""
-    problem, found = tasks.problem, []
+    """The template of the least span among those that fit ``pipe`` (memory included) on ``tasks``'
+    graph (split backward, the row's placement), each as `solve_pipeline` times and validates it: its
+    name and schedule. ValueError where none fits."""
+    graphs, found = {(True, tuple(pipe.stage_to_rank())): tasks}, []
     for name in template_names():
         try:
-            timed = time_orders(problem, complete_orders(tasks, template_orders(name, pipe)))
-        except (ValueError, KeyError):  # the template does not apply to this row, or deadlocks on it
+            sol = solve_pipeline(pipe, schedule=name, objective="span", graphs=graphs)
+        except (TemplateError, InvalidSchedule, Deadlock):  # it does not apply here, or breaks the limit
             continue
-        if not violations(problem, timed, limit=1):
-            found.append((int(timed.objective(problem, "span")), name, timed))
+        if sol.tasks is tasks:  # not a fused-backward template, nor one of another placement
+            found.append((sol.metrics["value"], name, sol.schedule))
     if not found:
         raise ValueError("no template fits this row (its memory limit, or its micro-batches)")
-    _, name, timed = min(found, key=lambda f: f[:2])
-    return name, timed
+    _, name, schedule = min(found, key=lambda f: f[:2])
+    return name, schedule
 
 
 def rank_order(tasks, schedule: Schedule, rank: int = 0) -> list[int]:
@@ -251,7 +252,11 @@ def tail_windows(tasks, schedule: Schedule, bound: int, *, time_limit: float, wi
 def _row(tmp: str, p: int):
     """The interleaved row with ``p`` ranks (`MICROBATCHES`), split backward: its pipeline, its task
     graph and its proven bound on the span."""
-    pipe = pipeline_from_spec(load_problem(recut(Path(tmp), "zb-interleaved-1.5b", p, MICROBATCHES[p])))
+    return _split_row(pipeline_from_spec(load_problem(recut(Path(tmp), "zb-interleaved-1.5b", p, MICROBATCHES[p]))))
+
+
+def _split_row(pipe):
+    """``pipe``, its split-backward task graph at its placement, and its proven bound on the span."""
     rank = pipe.stage_to_rank()
     return pipe, task_graph(pipe, True, rank), max(pipeline_bounds(pipe, rank, "span").values())
 
@@ -268,8 +273,7 @@ def _file_row(path: Path):
         raise SystemExit(f"--row {e}") from None
     except ValueError as e:  # not a stage-level pipeline, say
         raise SystemExit(f"--row {path}: {e}") from None
-    rank = pipe.stage_to_rank()
-    return path.stem, pipe, task_graph(pipe, True, rank), max(pipeline_bounds(pipe, rank, "span").values())
+    return path.stem, *_split_row(pipe)
 
 
 def _ints(text: str) -> list[int]:
@@ -508,9 +512,10 @@ def main() -> None:
     for col in ("row", "kept", "our bound", "span found", start_from, "found / bound"):
         table.add_column(col, justify="right" if col != "row" else "left")
     with tempfile.TemporaryDirectory() as tmp:
-        for p in [] if given_rows else args.rows:
-            if p not in MICROBATCHES:
-                raise SystemExit(f"--rows: {p} is not one of the rows ({', '.join(map(str, MICROBATCHES))})")
+        if not given_rows:
+            for p in args.rows:
+                if p not in MICROBATCHES:
+                    raise SystemExit(f"--rows: {p} is not one of the rows ({', '.join(map(str, MICROBATCHES))})")
         rows = given_rows or [(f"p={p}, m={MICROBATCHES[p]}", *_row(tmp, p)) for p in args.rows]
         for label, pipe, tasks, bound in rows:
             problem, p = tasks.problem, pipe.num_ranks

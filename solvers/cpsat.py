@@ -157,8 +157,8 @@ def cpsat(
     if bound > horizon and not hint_ok:  # a schedule with its gaps closed ends by the horizon: none exists
         why = f"the lower bound {bound} is past {horizon}, where a schedule with its gaps closed ends"
         return Result(None, "infeasible", None, bound, time.perf_counter() - t0, "cpsat", objective, {"reason": why})
-    cap = hint_value if at_most is None else min(at_most, hint_value if hint_value is not None else at_most)
-    model = _Model(problem, objective, bound, horizon, cap, keep_processor)
+    ceiling = hint_value if hint_value is not None else at_most  # a hint above at_most was dropped
+    model = _Model(problem, objective, bound, horizon, ceiling, keep_processor)
     model.add_orders(symmetry, order_pairs)
     if hint is not None:
         model.add_hint(hint, hint_value)
