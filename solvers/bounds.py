@@ -6,6 +6,10 @@
 - ``head_work_tail`` (makespan): for each processor, the earliest any of its tasks can start, plus
   its work, plus the shortest time still needed after its last task.
 
+`one_processor_bound` is stronger and costlier, and not among these: one processor alone under its
+memory limit, every other task free, solved exactly by a search over its sequences (where it runs few
+kinds of many alike tasks, and holds few of them at once).
+
 Example
 -------
 >>> from solvers import Problem, lower_bounds
@@ -257,7 +261,7 @@ def _sequences(
                     end = start + dur[t]
                     value2 = max(value, end + (tail[t] if tail is not None else 0))
                     end_of[t] = end
-                    lb = max(value2, start + left + (min_tail(tail, queues, nc) if tail is not None else 0))
+                    lb = max(value2, start + left + (_min_tail(tail, queues, nc) if tail is not None else 0))
                     opened = []
                     for a, e in end_of.items():
                         most = -1
@@ -294,22 +298,24 @@ def _sequences(
     return best, True  # None: no sequence fits the memory
 
 
-def min_tail(tail, queues, c) -> int:
+def _min_tail(tail, queues, c) -> int:
     """Least tail among the tasks still to run (makespan)."""
     return min((tail[queue[i]] for queue, i in zip(queues, c, strict=True) if i < len(queue)), default=0)
 
 
 def _pareto(front: list) -> list:
     """The states of ``front`` (same counts) that no other is nowhere later than."""
-    front.sort(key=lambda s: (s[1], s[2]))
+    vectors = sorted(((s[1], s[2], *(e for _, e in s[3])), s) for s in front)
     kept: list = []
-    for s in front:
-        ends = [e for _, e in s[3]]
-        if not any(
-            k[1] <= s[1] and k[2] <= s[2] and all(x <= y for (_, x), y in zip(k[3], ends, strict=True)) for k in kept
-        ):
-            kept.append(s)
-    return kept
+    out: list = []
+    for vec, s in vectors:
+        for k in kept:
+            if all(map(int.__le__, k, vec)):
+                break
+        else:
+            kept.append(vec)
+            out.append(s)
+    return out
 
 
 def _least(level: dict, best: int | None) -> int:

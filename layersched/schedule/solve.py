@@ -340,7 +340,7 @@ def symmetry_chains(tasks: TaskGraph) -> list[list[int]]:
     return [[idx[f"{s}{k}{i}"] for i in range(m)] for s in range(g.graph["num_stages"]) for k in kinds]
 
 
-SEQUENCE_SHARE = 0.2
+SEQUENCE_SHARE = 0.3
 """The most of a backward mode's share that `best` spends on `rank_sequence_bound` (it stops sooner
 where a rank holds more micro-batches than `SEQUENCE_IN_FLIGHT`, or the search passes
 `SEQUENCE_STATES`). Where it finishes it is worth that: on the interleaved p=5, m=23, two stages per
