@@ -429,7 +429,8 @@ def _search_mode(
     seed: int = 0,
 ) -> _Search:
     """On the graph of one backward mode and placement, within ``share`` seconds: list scheduling;
-    the best of it and ``seeds`` (converted to this mode where that is exact) polished by moves on its
+    under tight memory the sequence bound (`rank_sequence_bound`, at most `SEQUENCE_SHARE` of it); the
+    best of list scheduling and ``seeds`` (converted to this mode where that is exact) polished by moves on its
     critical chain (`solvers.polish`, at most `POLISH_SHARE` of the share); CP-SAT from that for
     `CPSAT_SHARE` of what is left; then, from CP-SAT's result, the tail step (`solvers.lns.improve_tails`
     with `widening_tails`, `TAIL_SHARE` of what is left), CP-SAT at coarser time, then finer
