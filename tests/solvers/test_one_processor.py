@@ -14,6 +14,7 @@ import solvers.bounds
 from solvers import Problem, validate
 from solvers.bounds import one_processor_bound
 from solvers.cpsat import cpsat
+from tests.paths import benchmark
 
 
 @st.composite
@@ -54,28 +55,16 @@ def alike_jobs(draw):
     return problem, [[j * length + i for j in range(jobs)] for i in mine]
 
 
-def relaxation(problem: Problem) -> Problem:
-    """Processor 0 kept; every other task on a processor of its own with no memory."""
-    fixed = problem.fixed_processor()
-    others = np.flatnonzero(fixed != 0)
-    proc = np.zeros(problem.num_tasks, dtype=np.int64)
-    proc[others] = 1 + np.arange(len(others))
-    allowed = np.zeros((problem.num_tasks, 1 + len(others)), dtype=bool)
-    allowed[np.arange(problem.num_tasks), proc] = True
-    u, v = problem.edges[:, 0], problem.edges[:, 1]
-    return Problem(
-        duration=problem.duration,
-        allowed=allowed,
-        edges=problem.edges,
-        delay=np.where(fixed[u] == fixed[v], 0, problem.delay),
-        mem_delta=np.where(fixed == 0, problem.mem_delta, 0),
-        capacity=[int(problem.capacity[0])] + [10**9] * len(others),
-    )
+@pytest.fixture(scope="module")
+def bench():
+    """benchmarks/rank_relaxation.py, whose `relaxation` is the problem this bound solves exactly."""
+    with benchmark("rank_relaxation") as module:
+        yield module
 
 
 @settings(max_examples=100, deadline=None)
 @given(case=alike_jobs(), objective=st.sampled_from(["span", "makespan"]))
-def test_it_is_the_relaxations_optimum_and_below_every_schedule(case, objective):
+def test_it_is_the_relaxations_optimum_and_below_every_schedule(bench, case, objective):
     """Equal to CP-SAT's proven optimum of the relaxation (processor 0 alone under its memory; makespan,
     where the relaxation's objective is processor 0's alone), with the chains and without them; at most
     CP-SAT's best of the problem itself; the same with that schedule as ``upper``; less cut short."""
@@ -86,7 +75,7 @@ def test_it_is_the_relaxations_optimum_and_below_every_schedule(case, objective)
         assert cpsat(problem, objective=objective, time_limit=5.0).status == "infeasible"
         return
     assert one_processor_bound(problem, 0, (), objective) == (bound, True)  # the chains lose nothing
-    relaxed = relaxation(problem)
+    relaxed, _ = bench.relaxation(problem, [0])
     res = cpsat(relaxed, objective=objective, time_limit=5.0)
     if objective == "span":  # the relaxation's span objective is the largest over its processors
         value = None if res.schedule is None else int(res.schedule.spans(relaxed)[0])
